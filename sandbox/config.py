@@ -1,0 +1,73 @@
+"""The service's settings, as traitlets (the configuration system of the Jupyter stack).
+
+Every setting can come from the command line of ``sandbox-kernel serve`` or from an
+environment variable; the defaults are what a single-user laptop or a CI box wants.
+"""
+
+from __future__ import annotations
+
+import os
+
+from traitlets import Bool, Dict, Float, Int, Unicode, default
+from traitlets.config import Configurable
+
+from .paths import default_state_dir
+
+MiB = 1024 * 1024
+DAY = 86400
+
+
+class ServiceConfig(Configurable):
+    host = Unicode("127.0.0.1", help="Address to listen on; loopback by default.").tag(config=True)
+    port = Int(8765, help="TCP port to listen on.").tag(config=True)
+    state_dir = Unicode(help="Where tokens, images and sandboxes live.").tag(config=True)
+    token = Unicode("", help="Bearer token; generated into STATE/token when empty.").tag(config=True)
+
+    default_image = Unicode("default").tag(config=True)
+    ttl_seconds = Int(3600, help="Idle time after which a sandbox ends; every execute renews it.").tag(config=True)
+    max_lifetime_seconds = Int(DAY, help="Absolute cap on a sandbox's life.").tag(config=True)
+    max_lifetime_cap_seconds = Int(14 * DAY, help="The largest max_lifetime a request may ask for.").tag(config=True)
+    min_ttl_seconds = Int(1).tag(config=True)
+
+    memory_mb = Int(1024).tag(config=True)
+    cpus = Float(1.0).tag(config=True)
+    pids = Int(256).tag(config=True)
+    disk_mb = Int(1024, help="Cap on /workspace (enforced where a loop-mounted filesystem can be made).").tag(config=True)
+    tmp_mb = Int(256, help="Size of the sandbox's /tmp (a tmpfs, counted against its memory).").tag(config=True)
+    open_files = Int(1024).tag(config=True)
+    output_bytes = Int(10 * MiB, help="Stream output one execute may produce before it is truncated.").tag(config=True)
+    execute_timeout_seconds = Int(600, help="Default per-execute wall time.").tag(config=True)
+    file_max_bytes = Int(100 * MiB, help="Largest file one upload may write.").tag(config=True)
+    request_max_bytes = Int(1 * MiB, help="Largest JSON request body.").tag(config=True)
+
+    pool_size = Int(2, help="Warm sandboxes kept ready for the default image.").tag(config=True)
+    pool_sizes = Dict(help="Warm sandboxes per image name (overrides pool_size).").tag(config=True)
+    pool_idle_seconds = Int(3600, help="How long an unclaimed pooled sandbox lives.").tag(config=True)
+
+    uid_base = Int(2_100_000, help="First host uid of the range reserved for sandboxes.").tag(config=True)
+    uid_count = Int(65536).tag(config=True)
+    seccomp = Bool(True).tag(config=True)
+    allow_missing_protections = Bool(False, help="Start even when a protection is missing.").tag(config=True)
+    delete_on_shutdown = Bool(False, help="Delete every sandbox when the server stops.").tag(config=True)
+
+    @default("state_dir")
+    def _state_dir_default(self):
+        return default_state_dir()
+
+    @default("token")
+    def _token_default(self):
+        return os.environ.get("SANDBOX_KERNEL_TOKEN", "")
+
+    def default_limits(self) -> dict:
+        return {
+            "memory_mb": self.memory_mb,
+            "cpus": self.cpus,
+            "pids": self.pids,
+            "disk_mb": self.disk_mb,
+            "tmp_mb": self.tmp_mb,
+            "open_files": self.open_files,
+            "file_mb": max(self.disk_mb, self.file_max_bytes // MiB),
+            "output_bytes": self.output_bytes,
+            "file_bytes": self.file_max_bytes,
+            "timeout_seconds": self.execute_timeout_seconds,
+        }

@@ -1,0 +1,290 @@
+"""Images: Python environments built once on the host and mounted read-only into sandboxes.
+
+An image is a venv made from a pip recipe, plus what it needs to run where the sandbox's
+unprivileged uid can read it: a copy of the base interpreter when the host's lives somewhere
+that uid cannot enter (pyenv under ``/root``), mounted back at its original path so its
+absolute paths (rpath, ``pyvenv.cfg``) keep working. A named custom image is a second venv
+layered on the default one through a ``.pth`` file, so it adds packages without copying
+numpy and pandas again.
+
+An image is complete when its ``image.json`` exists; a build writes it last and removes the
+directory on failure, so there is never a half-built image to select. Images are immutable:
+building the same recipe again reuses the image; another recipe under the same name is refused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterable
+
+from . import statefile
+from .paths import StateDir, world_reachable
+
+DEFAULT_IMAGE = "default"
+DEFAULT_PACKAGES = ["ipython", "matplotlib-inline", "numpy", "pandas", "matplotlib"]
+DEFAULT_PRELOAD = ["numpy", "pandas", "matplotlib.pyplot"]
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+Progress = Callable[[str], None]
+
+
+class ImageError(Exception):
+    """A build or removal that cannot be done, with a message for the person who asked."""
+
+    def __init__(self, message: str, code: str = "invalid_request"):
+        super().__init__(message)
+        self.code = code
+
+
+def recipe_hash(recipe: dict) -> str:
+    canonical = json.dumps({k: recipe.get(k) for k in ("base", "pip", "requirements", "preload")}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _dir_size(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+class ImageStore:
+    def __init__(self, state: StateDir):
+        self.state = state
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.state.images, name)
+
+    def get(self, name: str) -> dict | None:
+        if not NAME_RE.match(name or ""):
+            return None
+        return statefile.read_json(os.path.join(self.path(name), "image.json"))
+
+    def list(self) -> list[dict]:
+        images = []
+        try:
+            names = sorted(os.listdir(self.state.images))
+        except FileNotFoundError:
+            return []
+        for name in names:
+            info = self.get(name)
+            if info is not None:
+                images.append(info)
+        return images
+
+    # ---------------------------------------------------------------- building
+    @contextmanager
+    def _lock(self, name: str):
+        os.makedirs(self.state.images, exist_ok=True)
+        with open(os.path.join(self.state.images, f".{name}.lock"), "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
+    def ensure_default(self, progress: Progress = print) -> dict:
+        return self.build(DEFAULT_IMAGE, progress=progress)
+
+    def build(self, name: str, pip: Iterable[str] = (), requirements: str | None = None,
+              preload: Iterable[str] | None = None, progress: Progress = print) -> dict:
+        if not NAME_RE.match(name or ""):
+            raise ImageError(f"image name {name!r} is not valid: use lowercase letters, digits, '.', '_' and '-'")
+        pip = sorted({p.strip() for p in pip if p and p.strip()})
+        for spec in pip:
+            if spec.startswith("-") or any(c in spec for c in "\n\r\0"):
+                raise ImageError(f"{spec!r} is not a package requirement")
+        if name == DEFAULT_IMAGE:
+            recipe = {"name": name, "base": None, "pip": sorted(set(DEFAULT_PACKAGES) | set(pip)),
+                      "requirements": requirements, "preload": list(preload or DEFAULT_PRELOAD)}
+        else:
+            if not pip and not requirements:
+                raise ImageError("a custom image needs packages: --pip PKG or --requirements FILE")
+            recipe = {"name": name, "base": DEFAULT_IMAGE, "pip": pip, "requirements": requirements,
+                      "preload": list(preload if preload is not None else DEFAULT_PRELOAD)}
+        recipe["hash"] = recipe_hash(recipe)
+        with self._lock(name):
+            existing = self.get(name)
+            if existing is not None:
+                if existing.get("hash") == recipe["hash"]:
+                    progress(f"image {name!r} is already built from this recipe; reusing it")
+                    return existing
+                raise ImageError(f"image {name!r} already exists with another recipe; images are immutable: "
+                                 f"remove it first (sandbox-kernel image rm {name})", code="conflict")
+            base = None
+            if recipe["base"]:
+                base = self.get(recipe["base"]) or self.ensure_default(progress)
+            target = self.path(name)
+            if os.path.exists(target):
+                shutil.rmtree(target)  # leftovers of a build that died
+            try:
+                info = self._build(target, recipe, base, progress)
+            except BaseException:
+                shutil.rmtree(target, ignore_errors=True)
+                raise
+            return info
+
+    def _python_copy(self, progress: Progress) -> tuple[str | None, str]:
+        """A copy of the base interpreter that sandbox uids can read, or None if not needed."""
+        prefix = os.path.realpath(sys.base_prefix)
+        blocked = world_reachable(prefix)
+        if blocked is None or os.getuid() != 0:
+            return None, prefix
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        tag = hashlib.sha256(f"{prefix}:{sys.version}".encode()).hexdigest()[:12]
+        dest = os.path.join(self.state.images, "_python", tag)
+        if os.path.exists(os.path.join(dest, ".complete")):
+            return dest, prefix
+        progress(f"copying the base interpreter {prefix} (not readable by sandbox uids: {blocked} is private)")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.makedirs(dest)
+        stdlib = os.path.join("lib", f"python{version}")
+        skip = {os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "test"),
+                os.path.join(stdlib, "idlelib"), os.path.join(stdlib, "tkinter")}
+        for entry in ("bin", "lib"):
+            src_root = os.path.join(prefix, entry)
+            if not os.path.isdir(src_root):
+                continue
+            for root, dirs, files in os.walk(src_root):
+                rel = os.path.relpath(root, prefix)
+                dirs[:] = [d for d in dirs if os.path.join(rel, d) not in skip]
+                os.makedirs(os.path.join(dest, rel), exist_ok=True)
+                for name in files:
+                    src = os.path.join(root, name)
+                    if entry == "lib" and rel == "lib" and not name.startswith("libpython"):
+                        continue
+                    if entry == "bin" and not name.startswith("python"):
+                        continue
+                    shutil.copy2(src, os.path.join(dest, rel, name), follow_symlinks=False)
+        os.makedirs(os.path.join(dest, stdlib, "site-packages"), exist_ok=True)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "-j0", os.path.join(dest, stdlib)],
+                       check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _open_up(dest)
+        open(os.path.join(dest, ".complete"), "w").close()
+        return dest, prefix
+
+    def _build(self, target: str, recipe: dict, base: dict | None, progress: Progress) -> dict:
+        started = time.time()
+        name = recipe["name"]
+        progress(f"building image {name!r}: {', '.join(recipe['pip']) or '(requirements file)'}")
+        python_copy, python_prefix = (base["python_copy"], base["python_prefix"]) if base else self._python_copy(progress)
+        os.makedirs(target)
+        venv = os.path.join(target, "venv")
+        base_python = getattr(sys, "_base_executable", sys.executable)
+        _run([base_python, "-m", "venv", venv], progress)
+        venv_python = os.path.join(venv, "bin", "python")
+        layers = [venv]
+        if base:
+            site = _site_packages(venv)
+            with open(os.path.join(site, "_sandbox_base_image.pth"), "w") as f:
+                f.write(_site_packages(base["venv"]) + "\n")
+            layers = [venv] + base["layers"]
+        args = [venv_python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
+        if recipe["pip"]:
+            _run(args + recipe["pip"], progress)
+        if recipe.get("requirements"):
+            req = os.path.join(target, "requirements.txt")
+            with open(req, "w") as f:
+                f.write(recipe["requirements"])
+            _run(args + ["-r", req], progress)
+        progress("compiling bytecode")
+        _run([venv_python, "-m", "compileall", "-q", "-j0", _site_packages(venv)], progress, check=False)
+        mplcache = os.path.join(target, "mplcache")
+        os.makedirs(mplcache)
+        probe = subprocess.run([venv_python, "-c", "import matplotlib"], capture_output=True)
+        if probe.returncode == 0:
+            progress("building the matplotlib font cache")
+            env = dict(os.environ, MPLCONFIGDIR=mplcache, MPLBACKEND="Agg")
+            _run([venv_python, "-c", "import matplotlib.pyplot as plt; plt.figure(); plt.plot([1]); plt.savefig('/dev/null', format='png')"],
+                 progress, env=env)
+        if recipe["preload"]:
+            progress(f"checking preload imports: {', '.join(recipe['preload'])}")
+            check = subprocess.run([venv_python, "-c", "import " + ", ".join(recipe["preload"])],
+                                   capture_output=True, text=True, env=dict(os.environ, MPLBACKEND="Agg", MPLCONFIGDIR=mplcache))
+            if check.returncode != 0:
+                raise ImageError(f"a preload import of image {name!r} fails: {check.stderr.strip().splitlines()[-1:]}")
+        packages = _freeze(venv_python)
+        _open_up(target)
+        info = {
+            "name": name,
+            "hash": recipe["hash"],
+            "base": recipe["base"],
+            "pip": recipe["pip"],
+            "requirements": recipe.get("requirements"),
+            "preload": recipe["preload"],
+            "venv": venv,
+            "layers": layers,
+            "python_copy": python_copy,
+            "python_prefix": python_prefix,
+            "python_version": sys.version.split()[0],
+            "mplcache": mplcache,
+            "packages": packages,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "build_seconds": round(time.time() - started, 1),
+            "size_bytes": _dir_size(target),
+        }
+        statefile.write_json(os.path.join(target, "image.json"), info, mode=0o644)
+        progress(f"image {name!r} built in {info['build_seconds']} s ({info['size_bytes'] // (1024 * 1024)} MiB)")
+        return info
+
+    def remove(self, name: str, in_use: Callable[[str], int]) -> None:
+        if self.get(name) is None:
+            raise ImageError(f"no image named {name!r}", code="not_found")
+        users = in_use(name)
+        if users:
+            raise ImageError(f"image {name!r} is in use by {users} sandbox(es); delete them first", code="conflict")
+        if name == DEFAULT_IMAGE and any(i.get("base") == name for i in self.list()):
+            raise ImageError("other images are built on the default image; remove them first", code="conflict")
+        with self._lock(name):
+            target = self.path(name)
+            os.unlink(os.path.join(target, "image.json"))  # unselectable first, then gone
+            shutil.rmtree(target, ignore_errors=True)
+
+
+def _site_packages(venv: str) -> str:
+    return os.path.join(venv, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages")
+
+
+def _open_up(path: str) -> None:
+    """Readable by sandbox uids, writable by nobody but root (images are read-only anyway)."""
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            p = os.path.join(root, d)
+            if not os.path.islink(p):
+                os.chmod(p, 0o755)
+        for f in files:
+            p = os.path.join(root, f)
+            if not os.path.islink(p):
+                mode = os.lstat(p).st_mode
+                os.chmod(p, 0o755 if mode & 0o111 else 0o644)
+    os.chmod(path, 0o755)
+
+
+def _run(argv: list[str], progress: Progress, check: bool = True, env: dict | None = None) -> None:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        lines.append(line)
+        if line and not line.startswith("  "):
+            progress(line)
+    if proc.wait() != 0 and check:
+        errors = [l for l in lines if "ERROR" in l or "error" in l.lower()][-5:] or lines[-5:]
+        raise ImageError(f"{os.path.basename(argv[0])} {' '.join(argv[1:4])} failed: " + " | ".join(errors))
+
+
+def _freeze(python: str) -> list[str]:
+    out = subprocess.run([python, "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"],
+                         capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line and "==" in line]

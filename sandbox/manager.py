@@ -1,0 +1,524 @@
+"""The sandbox registry: create (claim from the warm pool), find, renew, delete, reap, re-adopt.
+
+The manager never holds a sandbox's state in memory alone: each sandbox's supervisor writes
+``state.json`` and serves a control socket, so after a server restart the manager rebuilds
+its registry from the state directory and re-attaches to every supervisor still alive.
+Sandboxes whose supervisor died while the server was down are reported as ``lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from . import statefile
+from .config import ServiceConfig
+from .errors import ApiError
+from .images import ImageStore
+from .paths import StateDir
+from .runtime.protocol import ProtocolError, read_frame, write_frame
+
+log = logging.getLogger("sandbox.manager")
+
+ENDED_STATES = {"dead", "expired", "deleted", "lost"}
+TOMBSTONE_SECONDS = 24 * 3600
+
+
+@dataclass
+class Handle:
+    id: str
+    dir: str
+    image: str
+    uid: int | None
+    pid: int | None = None
+    process: subprocess.Popen | None = None
+    state: dict = field(default_factory=dict)
+
+    @property
+    def socket(self) -> str:
+        return os.path.join(self.dir, "control.sock")
+
+
+def _pid_is_supervisor(pid: int | None, sandbox_dir: str) -> bool:
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"sandbox.supervisor" in cmd and sandbox_dir.encode() in cmd
+
+
+def _runtime_source() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
+
+
+class SandboxManager:
+    def __init__(self, config: ServiceConfig):
+        self.config = config
+        self.state = StateDir(config.state_dir)
+        self.images = ImageStore(self.state)
+        self.live: dict[str, Handle] = {}
+        self.ended: dict[str, dict] = {}
+        self.pool: dict[str, deque[str]] = {}
+        self.pool_starting: dict[str, int] = {}
+        self.tasks: list[asyncio.Task] = []
+        self.shutting_down = asyncio.Event()
+        self.runtime_dir = ""
+        self.root = os.geteuid() == 0
+
+    # --------------------------------------------------------------- startup
+    def prepare(self, progress=print) -> None:
+        """Blocking start-up work: state layout, runtime copy, default image."""
+        self.state.ensure()
+        self.runtime_dir = self._install_runtime()
+        if self.images.get(self.config.default_image) is None:
+            progress(f"the default image is missing: building it once (this takes a minute or two)")
+            self.images.ensure_default(progress=progress)
+
+    def _install_runtime(self) -> str:
+        """Copy the in-sandbox runtime where sandbox uids can read it, keyed by its content."""
+        src = _runtime_source()
+        files = sorted(f for f in os.listdir(src) if f.endswith(".py"))
+        digest = hashlib.sha256()
+        for name in files:
+            with open(os.path.join(src, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read())
+        dest = os.path.join(self.state.runtimes, digest.hexdigest()[:16])
+        pkg = os.path.join(dest, "sandbox_runtime")
+        if not os.path.isdir(pkg):
+            tmp = dest + f".tmp{os.getpid()}"
+            os.makedirs(os.path.join(tmp, "sandbox_runtime"), exist_ok=True)
+            for name in files:
+                shutil.copy(os.path.join(src, name), os.path.join(tmp, "sandbox_runtime", name))
+                os.chmod(os.path.join(tmp, "sandbox_runtime", name), 0o644)
+            os.chmod(os.path.join(tmp, "sandbox_runtime"), 0o755)
+            os.chmod(tmp, 0o755)
+            try:
+                os.rename(tmp, dest)
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return dest
+
+    async def start(self) -> None:
+        await self.adopt()
+        self.tasks.append(asyncio.create_task(self._reaper()))
+        self.tasks.append(asyncio.create_task(self._pool_keeper()))
+
+    async def adopt(self) -> None:
+        """Re-attach to every sandbox a previous server left running; report the lost ones."""
+        try:
+            names = os.listdir(self.state.sandboxes)
+        except FileNotFoundError:
+            return
+        for sandbox_id in names:
+            d = self.state.sandbox(sandbox_id)
+            spec = statefile.read_json(os.path.join(d, "spec.json"))
+            st = statefile.read_json(os.path.join(d, "state.json"))
+            if spec is None:
+                continue
+            if st is None:
+                st = {"id": sandbox_id, "state": "lost"}
+            if st.get("state") in ENDED_STATES:
+                self._bury(sandbox_id, st, d)
+                continue
+            handle = Handle(sandbox_id, d, spec["image"], spec.get("uid"), pid=st.get("supervisor_pid"), state=st)
+            alive = _pid_is_supervisor(handle.pid, d)
+            reply = None
+            if alive:
+                try:
+                    reply = await self.call(handle, {"op": "status"}, timeout=5)
+                except ApiError:
+                    reply = None
+            if reply and reply.get("state"):
+                handle.state = reply["state"]
+                self.live[sandbox_id] = handle
+                if handle.state.get("state") == "pooled":
+                    self.pool.setdefault(handle.image, deque()).append(sandbox_id)
+                log.info("re-attached to sandbox %s (%s)", sandbox_id, handle.state.get("state"))
+            else:
+                st.update(state="lost", dead_reason="lost",
+                          dead_message="its processes ended while the server was not running")
+                statefile.write_json(os.path.join(d, "state.json"), st)
+                self._bury(sandbox_id, st, d)
+                log.warning("sandbox %s was lost while the server was down", sandbox_id)
+
+    def _bury(self, sandbox_id: str, st: dict, d: str) -> None:
+        self.ended[sandbox_id] = st
+        # Workspaces of ended sandboxes are removed; the small state file stays as a tombstone.
+        shutil.rmtree(os.path.join(d, "workspace"), ignore_errors=True)
+
+    async def stop(self) -> None:
+        self.shutting_down.set()
+        for task in self.tasks:
+            task.cancel()
+        if self.config.delete_on_shutdown:
+            await asyncio.gather(*(self.delete(i, reason="the server shut down") for i in list(self.live)),
+                                 return_exceptions=True)
+
+    # -------------------------------------------------------- supervisor I/O
+    async def call(self, handle: Handle, request: dict, timeout: float = 30.0) -> dict:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(handle.socket), 5)
+        except (OSError, asyncio.TimeoutError):
+            raise self._gone_or_unavailable(handle) from None
+        try:
+            await write_frame(writer, request)
+            reply = await asyncio.wait_for(read_frame(reader), timeout)
+        except (EOFError, ProtocolError, OSError, asyncio.TimeoutError):
+            raise self._gone_or_unavailable(handle) from None
+        finally:
+            writer.close()
+        if reply.get("error"):
+            raise ApiError(409 if reply["error"] == "conflict" else 503, reply["error"], reply.get("message", ""))
+        if "state" in reply and isinstance(reply["state"], dict):
+            handle.state = reply["state"]
+        return reply
+
+    def _gone_or_unavailable(self, handle: Handle) -> ApiError:
+        self._check_handle(handle)
+        if handle.id in self.ended:
+            return self.gone_error(handle.id)
+        return ApiError(503, "unavailable", f"sandbox {handle.id} is not answering")
+
+    async def execute_stream(self, handle: Handle, request: dict):
+        """Yield the events of one execute as the supervisor sends them."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(handle.socket, limit=1 << 20)
+        except OSError:
+            raise self._gone_or_unavailable(handle) from None
+        try:
+            await write_frame(writer, {"op": "execute", **request})
+            while True:
+                next_frame = asyncio.ensure_future(read_frame(reader, 96 * 1024 * 1024))
+                stop = asyncio.ensure_future(self.shutting_down.wait())
+                done, _ = await asyncio.wait({next_frame, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if next_frame not in done:
+                    next_frame.cancel()
+                    yield {"type": "error", "ename": "ServerShutdown",
+                           "evalue": "the sandbox server is shutting down; the cell was interrupted (the sandbox and its variables are kept)",
+                           "traceback": []}
+                    yield {"type": "done", "status": "aborted", "reason": "server_shutdown",
+                           "sandbox_state": handle.state.get("state", "running")}
+                    return
+                stop.cancel()
+                try:
+                    event = next_frame.result()
+                except (EOFError, ProtocolError, OSError):
+                    self._check_handle(handle)
+                    st = self.ended.get(handle.id) or {}
+                    message = st.get("dead_message") or st.get("end_message") or "its supervisor stopped"
+                    yield {"type": "error", "ename": "SandboxDied", "evalue": message, "traceback": []}
+                    yield {"type": "done", "status": "error", "reason": st.get("dead_reason") or "crashed",
+                           "sandbox_state": st.get("state", "dead")}
+                    return
+                yield event
+                if event.get("type") == "done":
+                    handle.state["execution_count"] = event.get("execution_count")
+                    if event.get("sandbox_state") in ENDED_STATES:
+                        self._check_handle(handle, wait=True)
+                    return
+        finally:
+            writer.close()
+
+    # ------------------------------------------------------------- lifecycle
+    def get(self, sandbox_id: str) -> Handle:
+        handle = self.live.get(sandbox_id)
+        if handle is not None:
+            self._check_handle(handle)
+            handle = self.live.get(sandbox_id)
+        if handle is None or handle.state.get("state") == "pooled":
+            if sandbox_id in self.ended:
+                raise self.gone_error(sandbox_id)
+            raise ApiError(404, "not_found", f"no sandbox with id {sandbox_id!r}")
+        return handle
+
+    def gone_error(self, sandbox_id: str) -> ApiError:
+        st = self.ended[sandbox_id]
+        state = st.get("state", "dead")
+        why = st.get("dead_message") or st.get("end_message") or ""
+        text = {"expired": f"sandbox {sandbox_id} expired", "deleted": f"sandbox {sandbox_id} was deleted",
+                "lost": f"sandbox {sandbox_id} was lost", "dead": f"sandbox {sandbox_id} died"}.get(state, state)
+        return ApiError(410, "gone", f"{text}: {why}" if why else text,
+                        extra={"state": state, "reason": st.get("dead_reason") or state})
+
+    def _check_handle(self, handle: Handle, wait: bool = False) -> None:
+        """Move a sandbox whose supervisor has exited from the live registry to the ended one."""
+        if handle.process is not None:
+            if wait:
+                try:
+                    handle.process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    pass
+            alive = handle.process.poll() is None
+        else:
+            alive = _pid_is_supervisor(handle.pid, handle.dir)
+            if wait and alive:
+                deadline = time.monotonic() + 15
+                while alive and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    alive = _pid_is_supervisor(handle.pid, handle.dir)
+        if alive:
+            return
+        st = statefile.read_json(os.path.join(handle.dir, "state.json")) or dict(handle.state)
+        if st.get("state") not in ENDED_STATES:
+            st.update(state="dead", dead_reason=st.get("dead_reason") or "crashed",
+                      dead_message=st.get("dead_message") or "its supervisor process ended unexpectedly")
+        self.live.pop(handle.id, None)
+        for q in self.pool.values():
+            if handle.id in q:
+                q.remove(handle.id)
+        self._bury(handle.id, st, handle.dir)
+
+    def list(self) -> list[Handle]:
+        for handle in list(self.live.values()):
+            self._check_handle(handle)
+        return [h for h in self.live.values() if h.state.get("state") != "pooled"]
+
+    def in_use(self, image: str) -> int:
+        return sum(1 for h in self.live.values()
+                   if image in (h.image, (self.images.get(h.image) or {}).get("base")))
+
+    def _allocate_uid(self) -> int | None:
+        if not self.root:
+            return None
+        used = {h.uid for h in self.live.values()}
+        for _ in range(1000):
+            uid = self.config.uid_base + secrets.randbelow(self.config.uid_count)
+            if uid not in used:
+                return uid
+        raise ApiError(503, "unavailable", "no free sandbox uid")
+
+    def _limits(self, request: dict) -> dict:
+        limits = self.config.default_limits()
+        for key in ("memory_mb", "cpus", "pids", "disk_mb"):
+            if request.get(key) is not None:
+                limits[key] = request[key]
+        limits["file_mb"] = max(int(limits["disk_mb"]), self.config.file_max_bytes // (1024 * 1024))
+        return limits
+
+    async def create(self, request: dict) -> dict:
+        if self.shutting_down.is_set():
+            raise ApiError(503, "unavailable", "the server is shutting down")
+        image = request.get("image") or self.config.default_image
+        if self.images.get(image) is None:
+            raise ApiError(404, "not_found", f"no image named {image!r}; build it with: sandbox-kernel image build {image} --pip ...")
+        ttl = int(request.get("ttl_seconds") or self.config.ttl_seconds)
+        max_life = int(request.get("max_lifetime_seconds") or self.config.max_lifetime_seconds)
+        if max_life > self.config.max_lifetime_cap_seconds:
+            raise ApiError(422, "invalid_request", f"max_lifetime_seconds may be at most {self.config.max_lifetime_cap_seconds}")
+        ttl = min(ttl, max_life)
+        limits = self._limits(request)
+        claim = {"op": "claim", "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
+                 "metadata": request.get("metadata") or {}, "limits": limits}
+        handle = await self._claim_from_pool(image, limits, claim)
+        if handle is None:
+            handle = await self._spawn(image, limits, ttl, max_life, pooled=False, metadata=claim["metadata"])
+            handle.state["from_pool"] = False
+        self._refill_soon()
+        return self.describe(handle)
+
+    def _pool_compatible(self, limits: dict, handle: Handle) -> bool:
+        pooled = handle.state.get("limits", {})
+        fixed = ("disk_mb", "open_files", "tmp_mb", "file_mb", "output_bytes", "timeout_seconds")
+        if any(pooled.get(k) != limits.get(k) for k in fixed):
+            return False
+        iso = handle.state.get("isolation", {})
+        for key, res in (("memory_mb", "memory"), ("pids", "pids"), ("cpus", "cpu")):
+            if pooled.get(key) != limits.get(key) and not str(iso.get(res, "")).startswith("cgroup"):
+                return False
+        return True
+
+    async def _claim_from_pool(self, image: str, limits: dict, claim: dict) -> Handle | None:
+        queue = self.pool.get(image)
+        while queue:
+            sandbox_id = queue.popleft()
+            handle = self.live.get(sandbox_id)
+            if handle is None or not self._pool_compatible(limits, handle):
+                if handle is not None:
+                    queue.append(sandbox_id)
+                    return None
+                continue
+            try:
+                await self.call(handle, claim)
+            except ApiError:
+                self._check_handle(handle)
+                continue
+            handle.state["from_pool"] = True
+            return handle
+        return None
+
+    async def _spawn(self, image: str, limits: dict, ttl: int, max_life: int, *, pooled: bool,
+                     metadata: dict | None = None) -> Handle:
+        image_info = self.images.get(image)
+        sandbox_id = "sbx-" + secrets.token_hex(8)
+        d = self.state.sandbox(sandbox_id)
+        os.makedirs(d, mode=0o711)
+        os.chmod(d, 0o711)
+        uid = self._allocate_uid()
+        workspace = os.path.join(d, "workspace")
+        os.makedirs(workspace, mode=0o700)
+        if uid is not None:
+            os.chown(workspace, uid, uid)
+        spec = {
+            "id": sandbox_id, "image": image, "image_info": image_info, "uid": uid,
+            "limits": limits, "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
+            "pooled": pooled, "metadata": metadata or {}, "runtime_dir": self.runtime_dir,
+            "workspace": workspace, "seccomp": self.config.seccomp, "use_cgroups": self.root,
+        }
+        statefile.write_json(os.path.join(d, "spec.json"), spec)
+        handle = Handle(sandbox_id, d, image, uid)
+        read_fd, write_fd = os.pipe()
+        log_file = open(os.path.join(d, "supervisor.log"), "ab")
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}
+        try:
+            handle.process = subprocess.Popen(
+                [sys.executable, "-m", "sandbox.supervisor", d, "--ready-fd", str(write_fd)],
+                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                start_new_session=True, env=env, cwd="/",
+            )
+        finally:
+            os.close(write_fd)
+            log_file.close()
+        handle.pid = handle.process.pid
+        self.live[sandbox_id] = handle
+        line = await asyncio.to_thread(_read_line, read_fd)
+        try:
+            import json
+
+            ready = json.loads(line) if line else {"ok": False, "error": "the supervisor exited during start-up"}
+        except ValueError:
+            ready = {"ok": False, "error": f"the supervisor said: {line[:200]!r}"}
+        if not ready.get("ok"):
+            self._check_handle(handle, wait=True)
+            self.live.pop(sandbox_id, None)
+            self.ended.pop(sandbox_id, None)
+            log.error("sandbox %s failed to start: %s (logs kept in %s)", sandbox_id, ready.get("error"), d)
+            raise ApiError(503, "unavailable", f"the sandbox could not start: {ready.get('error')}")
+        handle.state = ready["state"]
+        return handle
+
+    def describe(self, handle: Handle) -> dict:
+        st = handle.state
+        out = {
+            "id": handle.id,
+            "state": st.get("state"),
+            "image": handle.image,
+            "created_at": st.get("created_at"),
+            "expires_at": st.get("expires_at"),
+            "max_expires_at": st.get("max_expires_at"),
+            "ttl_seconds": st.get("ttl_seconds"),
+            "execution_count": st.get("execution_count", 0),
+            "executing": bool(st.get("executing")),
+            "limits": {k: v for k, v in (st.get("limits") or {}).items()},
+            "isolation": st.get("isolation", {}),
+            "from_pool": bool(st.get("from_pool", st.get("claimed", False))),
+            "dead_reason": st.get("dead_reason"),
+            "metadata": st.get("metadata", {}),
+        }
+        if "memory_bytes" in st:
+            out["memory_bytes"] = st["memory_bytes"]
+        return out
+
+    async def refresh(self, handle: Handle) -> dict:
+        await self.call(handle, {"op": "status"})
+        return self.describe(handle)
+
+    async def delete(self, sandbox_id: str, reason: str = "it was deleted") -> dict:
+        handle = self.get(sandbox_id) if sandbox_id in self.live else None
+        if handle is None:
+            self.get(sandbox_id)  # raises 404/410
+        try:
+            await self.call(handle, {"op": "delete", "message": reason})
+        except ApiError:
+            pass
+        await asyncio.to_thread(self._check_handle, handle, True)
+        if sandbox_id in self.live:  # the supervisor did not end: kill it and its sandbox
+            self._force_kill(handle)
+            await asyncio.to_thread(self._check_handle, handle, True)
+        return {"id": sandbox_id, "state": "deleted"}
+
+    def _force_kill(self, handle: Handle) -> None:
+        import signal
+
+        if handle.pid and _pid_is_supervisor(handle.pid, handle.dir):
+            try:
+                os.kill(handle.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    # ------------------------------------------------------------ background
+    async def _reaper(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                for handle in list(self.live.values()):
+                    self._check_handle(handle)
+                cutoff = time.time() - TOMBSTONE_SECONDS
+                for sandbox_id in list(self.ended):
+                    d = self.state.sandbox(sandbox_id)
+                    try:
+                        if os.stat(d).st_mtime < cutoff:
+                            shutil.rmtree(d, ignore_errors=True)
+                            del self.ended[sandbox_id]
+                    except FileNotFoundError:
+                        self.ended.pop(sandbox_id, None)
+            except Exception:
+                log.exception("reaper pass failed")
+
+    def pool_target(self, image: str) -> int:
+        if image in self.config.pool_sizes:
+            return int(self.config.pool_sizes[image])
+        return self.config.pool_size if image == self.config.default_image else 0
+
+    def _refill_soon(self) -> None:
+        self._refill_event.set() if hasattr(self, "_refill_event") else None
+
+    async def _pool_keeper(self) -> None:
+        self._refill_event = asyncio.Event()
+        while not self.shutting_down.is_set():
+            try:
+                for info in self.images.list():
+                    image = info["name"]
+                    queue = self.pool.setdefault(image, deque())
+                    queue_live = [i for i in queue if i in self.live]
+                    self.pool[image] = deque(queue_live)
+                    while len(self.pool[image]) < self.pool_target(image) and not self.shutting_down.is_set():
+                        limits = self.config.default_limits()
+                        handle = await self._spawn(image, limits, self.config.pool_idle_seconds,
+                                                   self.config.pool_idle_seconds, pooled=True)
+                        self.pool[image].append(handle.id)
+            except ApiError as exc:
+                log.warning("could not fill the warm pool: %s", exc.message)
+                await asyncio.sleep(5)
+            except Exception:
+                log.exception("pool refill failed")
+                await asyncio.sleep(5)
+            self._refill_event.clear()
+            try:
+                await asyncio.wait_for(self._refill_event.wait(), 2.0)
+            except asyncio.TimeoutError:
+                pass
+
+    def pool_status(self) -> dict:
+        return {name: {"ready": len([i for i in q if i in self.live]), "target": self.pool_target(name),
+                       "preload": (self.images.get(name) or {}).get("preload", [])}
+                for name, q in self.pool.items()}
+
+
+def _read_line(fd: int) -> str:
+    chunks = []
+    with os.fdopen(fd, "rb") as f:
+        line = f.readline()
+        chunks.append(line)
+    return b"".join(chunks).decode("utf-8", "replace").strip()

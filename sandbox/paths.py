@@ -1,0 +1,82 @@
+"""Where the service keeps its state, and the layout inside it.
+
+state/
+  token                  bearer token (0600)
+  server.json            the running server's pid and address
+  images/NAME/           built images (read-only once image.json exists)
+  runtime/HASH/          the in-sandbox runtime, copied where sandbox uids can read it
+  sandboxes/ID/          one per sandbox (0711): spec.json, state.json, control.sock (0600),
+                         supervisor.log, workspace/ (owned by the sandbox's uid, 0700)
+
+When the server runs as root, sandboxes run as unprivileged uids that must be able to reach
+images and workspaces, so root's default is /var/lib/sandbox-kernel rather than a path
+under /root (which is 0700).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def default_state_dir() -> str:
+    env = os.environ.get("SANDBOX_KERNEL_STATE_DIR")
+    if env:
+        return os.path.abspath(env)
+    if os.geteuid() == 0:
+        return "/var/lib/sandbox-kernel"
+    base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return os.path.join(base, "sandbox-kernel")
+
+
+@dataclass(frozen=True)
+class StateDir:
+    root: str
+
+    @classmethod
+    def default(cls) -> "StateDir":
+        return cls(default_state_dir())
+
+    @property
+    def token_file(self) -> str:
+        return os.path.join(self.root, "token")
+
+    @property
+    def server_file(self) -> str:
+        return os.path.join(self.root, "server.json")
+
+    @property
+    def images(self) -> str:
+        return os.path.join(self.root, "images")
+
+    @property
+    def runtimes(self) -> str:
+        return os.path.join(self.root, "runtime")
+
+    @property
+    def sandboxes(self) -> str:
+        return os.path.join(self.root, "sandboxes")
+
+    def sandbox(self, sandbox_id: str) -> str:
+        return os.path.join(self.sandboxes, sandbox_id)
+
+    def ensure(self) -> None:
+        os.makedirs(self.root, mode=0o711, exist_ok=True)
+        os.chmod(self.root, 0o711)
+        for d, mode in ((self.images, 0o755), (self.runtimes, 0o755), (self.sandboxes, 0o711)):
+            os.makedirs(d, mode=mode, exist_ok=True)
+            os.chmod(d, mode)
+
+
+def world_reachable(path: str) -> str | None:
+    """The first ancestor of ``path`` another uid cannot search, or None if all can."""
+    path = os.path.abspath(path)
+    parts = path.split(os.sep)
+    for i in range(2, len(parts) + 1):
+        ancestor = os.sep.join(parts[:i]) or "/"
+        try:
+            if not os.stat(ancestor).st_mode & 0o001:
+                return ancestor
+        except FileNotFoundError:
+            return None
+    return None

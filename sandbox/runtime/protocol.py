@@ -1,0 +1,114 @@
+"""Length-prefixed JSON frames: the only language spoken between server, supervisor and runtime.
+
+A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON. Framing
+(rather than newline-delimited text on stdout) keeps the protocol on a channel of its own,
+so nothing a cell prints can be mistaken for a message; JSON (never pickle) keeps the host
+from executing anything that came out of a sandbox. The reader enforces a size cap before
+it allocates, so a hostile peer cannot make the host buffer an arbitrary amount.
+
+This module is copied into every sandbox, so it uses the standard library only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import struct
+import threading
+
+HEADER = struct.Struct(">I")
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a well-formed frame."""
+
+
+class FrameTooLarge(ProtocolError):
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"frame of {size} bytes exceeds the {limit}-byte limit")
+        self.size = size
+        self.limit = limit
+
+
+def encode(message: dict) -> bytes:
+    payload = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
+    return HEADER.pack(len(payload)) + payload
+
+
+def decode(payload: bytes) -> dict:
+    try:
+        message = json.loads(payload.decode("utf-8", "replace"))
+    except ValueError as exc:
+        raise ProtocolError(f"frame is not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError("frame is not a JSON object")
+    return message
+
+
+class SocketChannel:
+    """Blocking frames over a socket, safe to send from several threads (the runtime's side)."""
+
+    def __init__(self, sock: socket.socket, max_frame: int = MAX_FRAME_BYTES):
+        self.sock = sock
+        self.max_frame = max_frame
+        self._send_lock = threading.Lock()
+
+    @classmethod
+    def from_fd(cls, fd: int) -> "SocketChannel":
+        return cls(socket.socket(fileno=fd))
+
+    def send(self, message: dict) -> None:
+        data = encode(message)
+        with self._send_lock:
+            self.sock.sendall(data)
+
+    def _read_exact(self, n: int) -> bytes:
+        chunks = []
+        while n:
+            chunk = self.sock.recv(min(n, 1 << 20))
+            if not chunk:
+                raise EOFError("channel closed")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def recv(self) -> dict:
+        (size,) = HEADER.unpack(self._read_exact(HEADER.size))
+        if size > self.max_frame:
+            raise FrameTooLarge(size, self.max_frame)
+        return decode(self._read_exact(size))
+
+
+async def read_frame(reader: asyncio.StreamReader, max_frame: int = MAX_FRAME_BYTES) -> dict:
+    """Read one frame; an oversized one is skipped unread and reported as FrameTooLarge."""
+    try:
+        header = await reader.readexactly(HEADER.size)
+    except asyncio.IncompleteReadError:
+        raise EOFError("channel closed") from None
+    (size,) = HEADER.unpack(header)
+    if size > max_frame:
+        remaining = size
+        while remaining:
+            chunk = await reader.read(min(remaining, 1 << 20))
+            if not chunk:
+                raise EOFError("channel closed")
+            remaining -= len(chunk)
+        raise FrameTooLarge(size, max_frame)
+    try:
+        payload = await reader.readexactly(size)
+    except asyncio.IncompleteReadError:
+        raise EOFError("channel closed") from None
+    return decode(payload)
+
+
+async def write_frame(writer: asyncio.StreamWriter, message: dict) -> None:
+    writer.write(encode(message))
+    await writer.drain()
+
+
+def set_inheritable(fd: int) -> int:
+    os.set_inheritable(fd, True)
+    return fd

@@ -1,0 +1,274 @@
+"""The request loop of a sandbox: execute, complete, inspect, interrupt.
+
+The main thread runs cells (so SIGINT can interrupt them as it does in a terminal); a
+reader thread takes frames off the channel, answers interrupts at once and queues the rest.
+Every event of an execution carries that execution's id, so the supervisor can route late
+output (a background thread printing after its cell ended) instead of mixing it into the
+next cell.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from .capture import OutputBudget, PipeDrain
+from .display import clean_bundle
+from .protocol import SocketChannel
+
+DISPLAY_LIMIT = 16 * 1024 * 1024
+
+
+class Runtime:
+    def __init__(self, channel: SocketChannel, output_limit: int):
+        self.channel = channel
+        self.requests: queue.Queue = queue.Queue()
+        self.budget = OutputBudget(output_limit)
+        self.current: str | None = None  # id of the running execution
+        self.interrupt_reason: dict | None = None
+        self.main_thread = threading.main_thread().ident
+        self.shell = None
+        self.drains: dict[str, PipeDrain] = {}
+
+    # ----------------------------------------------------------------- output
+    def send(self, message: dict) -> None:
+        try:
+            self.channel.send(message)
+        except OSError:
+            os._exit(70)  # the supervisor is gone: nobody can ever hear from us again
+
+    def publish_stream(self, name: str, text: str) -> None:
+        self.send({"type": "stream", "exec": self.current, "name": name, "text": text})
+
+    def sync_streams(self) -> None:
+        """Forward everything already written to fds 1 and 2 before what comes next."""
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            try:
+                (sys.stdout if fd == 1 else sys.stderr).flush()
+            except Exception:
+                pass
+            self.drains[name].sync(fd)
+
+    def publish_display(self, data, metadata, transient, update) -> None:
+        self.sync_streams()
+        bundle, _ = clean_bundle(data, DISPLAY_LIMIT)
+        kind = "update_display_data" if update else "display_data"
+        self.send({"type": kind, "exec": self.current, "data": bundle,
+                   "metadata": clean_bundle(metadata, DISPLAY_LIMIT)[0], "transient": transient})
+
+    def publish_clear(self, wait: bool) -> None:
+        self.sync_streams()
+        self.send({"type": "clear_output", "exec": self.current, "wait": bool(wait)})
+
+    def publish_result(self, count, data, metadata) -> None:
+        self.sync_streams()
+        bundle, _ = clean_bundle(data, DISPLAY_LIMIT)
+        self.send({"type": "execute_result", "exec": self.current, "execution_count": count,
+                   "data": bundle, "metadata": clean_bundle(metadata, DISPLAY_LIMIT)[0]})
+
+    def publish_error(self, etype, evalue, stb) -> None:
+        self.sync_streams()
+        ename, text = getattr(etype, "__name__", str(etype)), str(evalue)
+        reason = self.interrupt_reason
+        if etype is KeyboardInterrupt and reason and reason.get("reason") == "timeout":
+            ename = "TimeoutError"
+            text = (f"the cell ran past its {reason.get('timeout_seconds')} s timeout and was "
+                    "interrupted; variables are kept")
+            stb = list(stb) + [f"TimeoutError: {text}"]
+        self.last_error = (ename, text)
+        self.send({"type": "error", "exec": self.current, "ename": ename, "evalue": text,
+                   "traceback": [str(line) for line in stb]})
+
+    # ---------------------------------------------------------------- control
+    def read_requests(self) -> None:
+        while True:
+            try:
+                message = self.channel.recv()
+            except Exception:
+                os._exit(71)  # channel closed: the supervisor ended, so do we
+            if message.get("op") == "interrupt":
+                self.interrupt(message)
+            else:
+                self.requests.put(message)
+
+    def interrupt(self, message: dict) -> None:
+        running = self.current is not None and message.get("exec") in (None, self.current)
+        if running:
+            self.interrupt_reason = message
+            signal.pthread_kill(self.main_thread, signal.SIGINT)
+        self.send({"type": "reply", "id": message.get("id"), "interrupted": running})
+
+    # -------------------------------------------------------------- requests
+    def serve(self) -> None:
+        while True:
+            try:
+                message = self.requests.get()
+                handler = getattr(self, "do_" + str(message.get("op")), None)
+                if handler is None:
+                    self.send({"type": "reply", "id": message.get("id"),
+                               "error": f"unknown op {message.get('op')!r}"})
+                    continue
+                handler(message)
+            except KeyboardInterrupt:
+                continue  # an interrupt that arrived just after its cell ended
+
+    def do_ping(self, message: dict) -> None:
+        self.send({"type": "reply", "id": message.get("id"), "ok": True})
+
+    def do_execute(self, message: dict) -> None:
+        exec_id = message["exec"]
+        self.budget.reset()
+        self.interrupt_reason = None
+        self.last_error = None
+        started = time.monotonic()
+        self.current = exec_id
+        status = "ok"
+        try:
+            result = self.shell.run_cell(
+                message.get("code", ""),
+                store_history=bool(message.get("store_history", True)),
+                silent=bool(message.get("silent", False)),
+            )
+            if not result.success:
+                status = "error"
+        except KeyboardInterrupt:
+            status = "error"
+            self.publish_error(KeyboardInterrupt, KeyboardInterrupt(), ["KeyboardInterrupt"])
+        except BaseException as exc:  # the shell itself failed; report, stay alive
+            status = "error"
+            self.publish_error(type(exc), exc, traceback.format_exception(exc))
+        try:
+            self.sync_streams()
+        except KeyboardInterrupt:
+            self.sync_streams()
+        if self.budget.dropped:
+            self.send({"type": "stream", "exec": exec_id, "name": "stderr",
+                       "text": f"\n[sandbox: output truncated: {self.budget.dropped} bytes over the "
+                               f"{self.budget.limit} byte limit per execution were dropped]\n"})
+        reason = None
+        if self.interrupt_reason is not None:
+            reason = "timeout_interrupted" if self.interrupt_reason.get("reason") == "timeout" else "interrupted"
+        self.current = None
+        self.send({"type": "done", "exec": exec_id, "status": status,
+                   "execution_count": self.shell.execution_count - 1,
+                   "duration": round(time.monotonic() - started, 6),
+                   "truncated": bool(self.budget.dropped), "reason": reason})
+
+    def do_complete(self, message: dict) -> None:
+        """Jedi-backed completion, as ipykernel does it (columns and methods of a DataFrame)."""
+        from IPython.core.completer import provisionalcompleter, rectify_completions
+
+        code = message.get("code", "")
+        cursor_pos = message.get("cursor_pos")
+        cursor_pos = len(code) if cursor_pos is None else cursor_pos
+        reply = {"type": "reply", "id": message.get("id"), "matches": [],
+                 "cursor_start": cursor_pos, "cursor_end": cursor_pos, "metadata": {}}
+        try:
+            with provisionalcompleter():
+                completions = list(rectify_completions(code, self.shell.Completer.completions(code, cursor_pos)))
+        except Exception:
+            completions = []
+        if completions:
+            reply.update(matches=[c.text for c in completions], cursor_start=completions[0].start,
+                         cursor_end=completions[0].end)
+            reply["metadata"] = {"_jupyter_types_experimental": [
+                {"start": c.start, "end": c.end, "text": c.text, "type": c.type, "signature": c.signature}
+                for c in completions]}
+        self.send(reply)
+
+    def do_inspect(self, message: dict) -> None:
+        from IPython.utils.tokenutil import token_at_cursor
+
+        code = message.get("code", "")
+        cursor_pos = message.get("cursor_pos")
+        cursor_pos = len(code) if cursor_pos is None else cursor_pos
+        name = token_at_cursor(code, cursor_pos)
+        reply = {"type": "reply", "id": message.get("id"), "found": False, "data": {}, "metadata": {}}
+        try:
+            bundle = self.shell.object_inspect_mime(name, detail_level=int(message.get("detail_level", 0)))
+            bundle.pop("text/html", None)
+            reply["data"] = clean_bundle(bundle, DISPLAY_LIMIT)[0]
+            reply["found"] = True
+        except Exception:
+            pass
+        self.send(reply)
+
+    def do_is_complete(self, message: dict) -> None:
+        status, indent = self.shell.input_transformer_manager.check_complete(message.get("code", ""))
+        reply = {"type": "reply", "id": message.get("id"), "status": status}
+        if status == "incomplete":
+            reply["indent"] = " " * (indent or 0)
+        self.send(reply)
+
+
+def setup_matplotlib(preload: list[str]) -> None:
+    """Inline PNG figures, as ipykernel does, with the font cache the image prebuilt."""
+    cache, config = os.environ.get("SANDBOX_MPLCACHE"), os.environ.get("MPLCONFIGDIR")
+    if cache and config and os.path.isdir(cache):
+        import shutil
+
+        shutil.copytree(cache, config, dirs_exist_ok=True)
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    if "matplotlib" in preload or "matplotlib.pyplot" in preload:
+        import matplotlib.pyplot  # noqa: F401  (registers the inline backend with the shell)
+
+
+def _text_stream(fd: int):
+    """Unbuffered text on a captured fd, so a print shows while the cell still runs."""
+    import io
+
+    raw = io.FileIO(fd, "w", closefd=False)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", write_through=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    diag = os.dup(2)
+    try:
+        _main(sys.argv[1:] if argv is None else argv, diag)
+    except BaseException:
+        os.write(diag, traceback.format_exc().encode("utf-8", "replace"))
+        os._exit(1)
+
+
+def _main(argv: list[str], diag: int) -> None:
+    channel_fd = int(argv[0])
+    output_limit = int(os.environ.get("SANDBOX_OUTPUT_LIMIT", str(10 * 1024 * 1024)))
+    preload = [m for m in os.environ.get("SANDBOX_PRELOAD", "").split(",") if m]
+
+    # Keep the runtime's own diagnostics (fatal errors) on the original stderr, which the
+    # supervisor logs; user output goes through the capture pipes.
+    faulthandler.enable(file=os.fdopen(diag, "w", closefd=False))
+    channel = SocketChannel.from_fd(channel_fd)
+    runtime = Runtime(channel, output_limit)
+    runtime.drains = {
+        "stdout": PipeDrain(1, "stdout", runtime.publish_stream, runtime.budget),
+        "stderr": PipeDrain(2, "stderr", runtime.publish_stream, runtime.budget),
+    }
+    for drain in runtime.drains.values():
+        drain.start()
+    sys.stdout = _text_stream(1)
+    sys.stderr = _text_stream(2)
+    sys.__stdout__, sys.__stderr__ = sys.stdout, sys.stderr
+
+    from .shell import make_shell
+
+    runtime.shell = make_shell(runtime)
+    os.chdir(os.environ.get("SANDBOX_WORKDIR", "/workspace"))
+    setup_matplotlib(preload)
+    failed = []
+    for module in preload:
+        try:
+            __import__(module)
+        except Exception as exc:
+            failed.append(f"{module}: {exc}")
+    runtime.sync_streams()
+    threading.Thread(target=runtime.read_requests, name="requests", daemon=True).start()
+    runtime.send({"type": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
+                  "preloaded": [m for m in preload if m in sys.modules], "preload_failed": failed})
+    runtime.serve()

