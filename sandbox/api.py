@@ -1,0 +1,267 @@
+"""HTTP routes: the thin layer that turns requests into manager calls and errors into JSON.
+
+Every failure leaves as ``{"error": {"code", "message"}}`` with a 4xx/5xx status, whether it
+came from validation, the manager, Starlette's routing or an unexpected bug (logged, and
+answered with a 500 that leaks nothing). The bearer token is compared in constant time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from . import __version__, schemas
+from .errors import ApiError
+from .files import Workspace
+from .images import ImageError
+from .manager import SandboxManager
+from .openapi import openapi_document
+
+log = logging.getLogger("sandbox.api")
+NDJSON = "application/x-ndjson"
+
+
+def error_response(exc: ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+class TokenAuth:
+    """ASGI middleware: every route but health needs ``Authorization: Bearer <token>``."""
+
+    OPEN_PATHS = {"/v1/health"}
+
+    def __init__(self, app, token: str):
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                message = "missing bearer token" if not given else "wrong bearer token"
+                response = error_response(ApiError(401, "unauthorized", f"{message}: send 'Authorization: Bearer <token>' "
+                                                   "(the token is in SANDBOX_KERNEL_TOKEN or the state directory's token file)"))
+                response.headers["WWW-Authenticate"] = "Bearer"
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "too_large", f"the request body is larger than the {limit} byte limit")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "too_large", f"the request body is larger than the {limit} byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def build_app(manager: SandboxManager, token: str) -> Starlette:
+    config = manager.config
+
+    async def body(request: Request, fields) -> dict:
+        return schemas.parse(await read_body(request, config.request_max_bytes), fields)
+
+    def live(request: Request):
+        return manager.get(request.path_params["sandbox_id"])
+
+    async def health(request: Request):
+        return JSONResponse({"status": "ok", "version": __version__})
+
+    async def info(request: Request):
+        from .doctor import report
+
+        return JSONResponse({"version": __version__, "state_dir": manager.state.root,
+                             "protections": report(config), "pool": manager.pool_status(),
+                             "sandboxes": len(manager.list())})
+
+    async def openapi(request: Request):
+        return JSONResponse(openapi_document())
+
+    async def create(request: Request):
+        data = await body(request, schemas.CREATE)
+        return JSONResponse(await manager.create(data), status_code=201)
+
+    async def list_sandboxes(request: Request):
+        return JSONResponse({"sandboxes": [manager.describe(h) for h in manager.list()]})
+
+    async def get_sandbox(request: Request):
+        return JSONResponse(await manager.refresh(live(request)))
+
+    async def delete_sandbox(request: Request):
+        return JSONResponse(await manager.delete(request.path_params["sandbox_id"]))
+
+    async def renew(request: Request):
+        handle = live(request)
+        data = await body(request, schemas.RENEW)
+        await manager.call(handle, {"op": "renew", **data})
+        return JSONResponse(manager.describe(handle))
+
+    async def interrupt(request: Request):
+        reply = await manager.call(live(request), {"op": "interrupt"})
+        return JSONResponse({"interrupted": reply.get("interrupted", False)})
+
+    def forwarder(op: str, fields, keys):
+        async def handler(request: Request):
+            handle = live(request)
+            data = await body(request, fields)
+            reply = await manager.call(handle, {"op": op, **data})
+            return JSONResponse({k: reply.get(k) for k in keys if k in reply})
+        return handler
+
+    async def execute(request: Request):
+        handle = live(request)
+        data = await body(request, schemas.EXECUTE)
+        events = manager.execute_stream(handle, data)
+
+        async def lines():
+            async for event in events:
+                yield json.dumps(event, ensure_ascii=False) + "\n"
+
+        return StreamingResponse(lines(), media_type=NDJSON, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    def workspace(handle) -> Workspace:
+        return Workspace(handle.dir + "/workspace", handle.uid, config.file_max_bytes)
+
+    async def put_file(request: Request):
+        handle = live(request)
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > config.file_max_bytes:
+            raise ApiError(413, "too_large", f"the file is larger than the {config.file_max_bytes} byte limit for one file")
+        result = await workspace(handle).write(request.path_params["path"], request.stream())
+        return JSONResponse(result, status_code=201)
+
+    async def get_file(request: Request):
+        ws = workspace(live(request))
+        fd, size = ws.open_for_read(request.path_params["path"])
+        return StreamingResponse(ws.read_chunks(fd), media_type="application/octet-stream",
+                                 headers={"Content-Length": str(size)})
+
+    async def list_files(request: Request):
+        return JSONResponse({"files": await asyncio.to_thread(workspace(live(request)).list)})
+
+    async def delete_file(request: Request):
+        return JSONResponse(workspace(live(request)).delete(request.path_params["path"]))
+
+    async def list_images(request: Request):
+        return JSONResponse({"images": [_image_view(i, manager) for i in manager.images.list()]})
+
+    async def get_image(request: Request):
+        info = manager.images.get(request.path_params["name"])
+        if info is None:
+            raise ApiError(404, "not_found", f"no image named {request.path_params['name']!r}")
+        return JSONResponse(_image_view(info, manager))
+
+    async def build_image(request: Request):
+        data = await body(request, schemas.IMAGE_BUILD)
+        queue: asyncio.Queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def progress(line: str) -> None:
+            if "WARNING: Location" not in line:
+                loop.call_soon_threadsafe(queue.put_nowait, {"type": "progress", "message": line})
+
+        def run():
+            try:
+                info = manager.images.build(data["name"], pip=data.get("pip", []), requirements=data.get("requirements"),
+                                            preload=data.get("preload"), progress=progress)
+                result = {"type": "done", "status": "ok", "image": _image_view(info, manager)}
+            except ImageError as exc:
+                result = {"type": "done", "status": "error", "error": {"code": exc.code, "message": str(exc)}}
+            except Exception as exc:  # pip or the disk failed: say so, keep serving
+                log.exception("image build failed")
+                result = {"type": "done", "status": "error", "error": {"code": "build_failed", "message": str(exc)}}
+            loop.call_soon_threadsafe(queue.put_nowait, result)
+
+        async def events():
+            task = asyncio.create_task(asyncio.to_thread(run))
+            while True:
+                event = await queue.get()
+                yield json.dumps(event) + "\n"
+                if event["type"] == "done":
+                    break
+            await task
+            manager._refill_soon()
+
+        return StreamingResponse(events(), media_type=NDJSON)
+
+    async def delete_image(request: Request):
+        name = request.path_params["name"]
+        try:
+            manager.images.remove(name, manager.in_use)
+        except ImageError as exc:
+            raise ApiError({"not_found": 404, "conflict": 409}.get(exc.code, 400), exc.code, str(exc)) from None
+        # pooled sandboxes of that image are not "in use": end them with it
+        for sandbox_id in list(manager.pool.pop(name, [])):
+            await manager.delete(sandbox_id, reason="its image was removed") if sandbox_id in manager.live else None
+        return JSONResponse({"name": name, "deleted": True})
+
+    sid = "/v1/sandboxes/{sandbox_id}"
+    routes = [
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/v1/info", info, methods=["GET"]),
+        Route("/v1/openapi.json", openapi, methods=["GET"]),
+        Route("/v1/sandboxes", create, methods=["POST"]),
+        Route("/v1/sandboxes", list_sandboxes, methods=["GET"]),
+        Route(sid, get_sandbox, methods=["GET"]),
+        Route(sid, delete_sandbox, methods=["DELETE"]),
+        Route(sid + "/renew", renew, methods=["POST"]),
+        Route(sid + "/interrupt", interrupt, methods=["POST"]),
+        Route(sid + "/execute", execute, methods=["POST"]),
+        Route(sid + "/complete", forwarder("complete", schemas.COMPLETE, ("matches", "cursor_start", "cursor_end", "metadata")), methods=["POST"]),
+        Route(sid + "/inspect", forwarder("inspect", schemas.INSPECT, ("found", "data", "metadata")), methods=["POST"]),
+        Route(sid + "/is_complete", forwarder("is_complete", schemas.IS_COMPLETE, ("status", "indent")), methods=["POST"]),
+        Route(sid + "/files", list_files, methods=["GET"]),
+        Route(sid + "/files/{path:path}", put_file, methods=["PUT"]),
+        Route(sid + "/files/{path:path}", get_file, methods=["GET"]),
+        Route(sid + "/files/{path:path}", delete_file, methods=["DELETE"]),
+        Route("/v1/images", list_images, methods=["GET"]),
+        Route("/v1/images", build_image, methods=["POST"]),
+        Route("/v1/images/{name}", get_image, methods=["GET"]),
+        Route("/v1/images/{name}", delete_image, methods=["DELETE"]),
+    ]
+
+    async def on_api_error(request: Request, exc: ApiError):
+        return error_response(exc)
+
+    async def on_http_error(request: Request, exc: HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
+        message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}.get(
+            exc.status_code, str(exc.detail))
+        return error_response(ApiError(exc.status_code, code, message))
+
+    async def on_unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(ApiError(500, "internal", "the server failed on this request; it is logged"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await manager.start()
+        try:
+            yield
+        finally:
+            await manager.stop()
+
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={ApiError: on_api_error, HTTPException: on_http_error, Exception: on_unexpected})
+    app.add_middleware(TokenAuth, token=token)
+    app.state.manager = manager
+    return app
+
+
+def _image_view(info: dict, manager: SandboxManager) -> dict:
+    return {k: info.get(k) for k in ("name", "base", "pip", "preload", "packages", "built_at", "size_bytes", "python_version")} | {
+        "in_use": manager.in_use(info["name"]), "pool": manager.pool_target(info["name"])}

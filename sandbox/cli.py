@@ -1,0 +1,218 @@
+"""``sandbox-kernel``: serve | doctor | image build/ls/rm | install | ls | rm | lab."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _config_from(args):
+    from .config import ServiceConfig
+
+    kwargs = {}
+    for name in ("host", "port", "state_dir", "token", "pool_size", "ttl_seconds", "memory_mb", "pids", "cpus"):
+        value = getattr(args, name, None)
+        if value is not None:
+            kwargs[name] = value
+    for flag in ("allow_missing_protections", "delete_on_shutdown"):
+        if getattr(args, flag, False):
+            kwargs[flag] = True
+    if getattr(args, "no_seccomp", False):
+        kwargs["seccomp"] = False
+    return ServiceConfig(**kwargs)
+
+
+def cmd_serve(args) -> int:
+    from .server import serve
+
+    return serve(_config_from(args), log_level=args.log_level)
+
+
+def cmd_doctor(args) -> int:
+    from . import doctor
+    from .paths import StateDir
+
+    items = doctor.report(_config_from(args))
+    if args.json:
+        print(json.dumps(items, indent=1))
+    else:
+        print(doctor.format_report(items))
+        state = StateDir(args.state_dir) if args.state_dir else StateDir.default()
+        print(f"state directory: {state.root}")
+    return 1 if doctor.missing(items) else 0
+
+
+def _store(args):
+    from .images import ImageStore
+    from .paths import StateDir
+
+    state = StateDir(args.state_dir) if args.state_dir else StateDir.default()
+    state.ensure()
+    return ImageStore(state)
+
+
+def cmd_image_build(args) -> int:
+    from .images import DEFAULT_IMAGE, ImageError
+
+    requirements = None
+    if args.requirements:
+        with open(args.requirements) as f:
+            requirements = f.read()
+    preload = args.preload.split(",") if args.preload is not None else None
+    progress = lambda line: None if "WARNING: Location" in line else print(line, flush=True)  # noqa: E731
+    try:
+        info = _store(args).build(args.name or DEFAULT_IMAGE, pip=args.pip or [], requirements=requirements,
+                                  preload=preload, progress=progress)
+    except ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"image {info['name']}: {len(info['packages'])} packages, {info['size_bytes'] // (1 << 20)} MiB")
+    return 0
+
+
+def cmd_image_ls(args) -> int:
+    images = _store(args).list()
+    if not images:
+        print("no images yet: sandbox-kernel image build")
+        return 0
+    print(f"{'NAME':<20} {'SIZE':>8}  {'BUILT':<20}  PACKAGES")
+    for i in images:
+        extra = ", ".join(i["pip"]) if i.get("base") else f"{len(i['packages'])} packages"
+        print(f"{i['name']:<20} {i['size_bytes'] // (1 << 20):>6}Mi  {i['built_at']:<20}  {extra}")
+    return 0
+
+
+def cmd_image_rm(args) -> int:
+    from .images import ImageError
+
+    in_use = _live_image_users()
+    try:
+        _store(args).remove(args.name, lambda name: in_use.get(name, 0))
+    except ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"removed image {args.name}")
+    return 0
+
+
+def _live_image_users() -> dict[str, int]:
+    """Ask a running server which images its sandboxes use; no server means none in use."""
+    try:
+        from .client import list_sandboxes
+
+        users: dict[str, int] = {}
+        for sbx in list_sandboxes():
+            users[sbx.image] = users.get(sbx.image, 0) + 1
+        return users
+    except Exception:
+        return {}
+
+
+def cmd_install(args) -> int:
+    from kernel.install import install_kernelspec
+
+    path = install_kernelspec(user=args.user, sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image)
+    print(f"installed kernelspec in {path}")
+    return 0
+
+
+def cmd_ls(args) -> int:
+    from .client import list_sandboxes
+
+    for sbx in list_sandboxes():
+        print(f"{sbx.id}  {sbx.state:<8} {sbx.image:<12} expires {sbx.expires_at}  cells {sbx.execution_count}")
+    return 0
+
+
+def cmd_rm(args) -> int:
+    from .client import Sandbox
+
+    for sandbox_id in args.ids:
+        Sandbox.connect(sandbox_id).delete()
+        print(f"deleted {sandbox_id}")
+    return 0
+
+
+def cmd_lab(args) -> int:
+    """Install the kernelspec into this environment and start JupyterLab with it."""
+    from kernel.install import install_kernelspec
+
+    install_kernelspec(user=False, sys_prefix=True)
+    argv = [sys.executable, "-m", "jupyter", "lab", "--ip=127.0.0.1", f"--port={args.port}", "--no-browser"]
+    if os.geteuid() == 0:
+        argv.append("--allow-root")
+    argv += args.lab_args
+    os.execv(sys.executable, argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sandbox-kernel", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the sandbox server")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--state-dir")
+    serve.add_argument("--token", help="bearer token (default: SANDBOX_KERNEL_TOKEN or STATE/token)")
+    serve.add_argument("--pool-size", type=int, help="warm sandboxes kept ready for the default image")
+    serve.add_argument("--ttl-seconds", type=int)
+    serve.add_argument("--memory-mb", type=int)
+    serve.add_argument("--pids", type=int)
+    serve.add_argument("--cpus", type=float)
+    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--delete-on-shutdown", action="store_true")
+    serve.add_argument("--no-seccomp", action="store_true", help=argparse.SUPPRESS)
+    serve.add_argument("--allow-missing-protections", action="store_true",
+                       help="start even when `doctor` reports a protection missing (weaker isolation!)")
+    serve.set_defaults(func=cmd_serve)
+
+    doc = sub.add_parser("doctor", help="report each protection as in force, weaker or missing")
+    doc.add_argument("--json", action="store_true")
+    doc.add_argument("--state-dir")
+    doc.set_defaults(func=cmd_doctor)
+
+    image = sub.add_parser("image", help="build, list and remove images")
+    isub = image.add_subparsers(dest="image_command", required=True)
+    build = isub.add_parser("build", help="build the default image, or a named one with extra packages")
+    build.add_argument("name", nargs="?")
+    build.add_argument("--pip", nargs="+", metavar="PKG")
+    build.add_argument("--requirements", metavar="FILE")
+    build.add_argument("--preload", help="comma-separated modules imported ahead in warm sandboxes")
+    build.add_argument("--state-dir")
+    build.set_defaults(func=cmd_image_build)
+    ls = isub.add_parser("ls", help="list images")
+    ls.add_argument("--state-dir")
+    ls.set_defaults(func=cmd_image_ls)
+    rm = isub.add_parser("rm", help="remove an image no sandbox uses")
+    rm.add_argument("name")
+    rm.add_argument("--state-dir")
+    rm.set_defaults(func=cmd_image_rm)
+
+    inst = sub.add_parser("install", help="install the Jupyter kernelspec")
+    where = inst.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true")
+    where.add_argument("--sys-prefix", action="store_true")
+    where.add_argument("--prefix")
+    inst.add_argument("--image", help="install 'Python (sandbox: IMAGE)' for a custom image")
+    inst.set_defaults(func=cmd_install)
+
+    sub.add_parser("ls", help="list live sandboxes").set_defaults(func=cmd_ls)
+    rms = sub.add_parser("rm", help="delete sandboxes")
+    rms.add_argument("ids", nargs="+")
+    rms.set_defaults(func=cmd_rm)
+
+    lab = sub.add_parser("lab", help="install the kernelspec and start JupyterLab")
+    lab.add_argument("--port", type=int, default=8888)
+    lab.add_argument("lab_args", nargs=argparse.REMAINDER)
+    lab.set_defaults(func=cmd_lab)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        sys.exit(args.func(args) or 0)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,93 @@
+"""The OpenAPI 3.1 document, generated from the same field declarations that validate requests."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from . import __version__, schemas
+
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "object", "required": ["code", "message"],
+                             "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}},
+}
+SANDBOX_ID = {"name": "sandbox_id", "in": "path", "required": True,
+              "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}
+FILE_PATH = {"name": "path", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 1024}}
+IMAGE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
+
+
+def _errors(*codes: int) -> dict:
+    return {str(c): {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+            for c in codes}
+
+
+def _json_body(fields: dict) -> dict:
+    return {"required": False, "content": {"application/json": {"schema": schemas.object_schema(fields)}}}
+
+
+def _op(summary: str, ok: str = "200", body: dict | None = None, params=(), errors=(401, 404, 410, 422),
+        content: str = "application/json", ok_schema: dict | None = None) -> dict:
+    op = {"summary": summary, "parameters": list(params),
+          "responses": {ok: {"description": "success", "content": {content: {"schema": ok_schema or {}}}},
+                        **_errors(*errors)}}
+    if body is not None:
+        op["requestBody"] = body
+    return op
+
+
+@lru_cache(maxsize=1)
+def openapi_document() -> dict:
+    sid = [SANDBOX_ID]
+    sandbox_ref = {"$ref": "#/components/schemas/Sandbox"}
+    paths = {
+        "/v1/health": {"get": _op("Liveness (no token needed)", errors=())},
+        "/v1/info": {"get": _op("Version, protections in force, warm pool", errors=(401,))},
+        "/v1/sandboxes": {
+            "post": _op("Create (or claim from the warm pool) a sandbox", ok="201", body=_json_body(schemas.CREATE),
+                        errors=(400, 401, 404, 413, 422, 503), ok_schema=sandbox_ref),
+            "get": _op("List live sandboxes", errors=(401,)),
+        },
+        "/v1/sandboxes/{sandbox_id}": {
+            "get": _op("Status of one sandbox", params=sid, ok_schema=sandbox_ref),
+            "delete": _op("Delete a sandbox and kill all of its processes", params=sid),
+        },
+        "/v1/sandboxes/{sandbox_id}/renew": {"post": _op("Renew the TTL", params=sid, body=_json_body(schemas.RENEW), errors=(400, 401, 404, 410, 413, 422))},
+        "/v1/sandboxes/{sandbox_id}/interrupt": {"post": _op("Interrupt the running cell", params=sid)},
+        "/v1/sandboxes/{sandbox_id}/execute": {"post": _op("Run code; events stream as NDJSON", params=sid,
+                                                           body=_json_body(schemas.EXECUTE), content="application/x-ndjson",
+                                                           errors=(400, 401, 404, 410, 413, 422))},
+        "/v1/sandboxes/{sandbox_id}/complete": {"post": _op("Completions at a cursor", params=sid, body=_json_body(schemas.COMPLETE), errors=(400, 401, 404, 410, 413, 422))},
+        "/v1/sandboxes/{sandbox_id}/inspect": {"post": _op("Object inspection at a cursor", params=sid, body=_json_body(schemas.INSPECT), errors=(400, 401, 404, 410, 413, 422))},
+        "/v1/sandboxes/{sandbox_id}/is_complete": {"post": _op("Whether code is a complete statement", params=sid, body=_json_body(schemas.IS_COMPLETE), errors=(400, 401, 404, 410, 413, 422))},
+        "/v1/sandboxes/{sandbox_id}/files": {"get": _op("List /workspace (recursive)", params=sid)},
+        "/v1/sandboxes/{sandbox_id}/files/{path}": {
+            "put": _op("Upload a file (streamed raw body)", ok="201", params=[SANDBOX_ID, FILE_PATH],
+                       body={"required": False, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+                       errors=(400, 401, 404, 410, 413, 507)),
+            "get": _op("Download a file (streamed)", params=[SANDBOX_ID, FILE_PATH], content="application/octet-stream", errors=(400, 401, 404, 410)),
+            "delete": _op("Delete a file or directory", params=[SANDBOX_ID, FILE_PATH], errors=(400, 401, 404, 410)),
+        },
+        "/v1/images": {
+            "get": _op("List images", errors=(401,)),
+            "post": _op("Build an image (progress streams as NDJSON)", body=_json_body(schemas.IMAGE_BUILD),
+                        content="application/x-ndjson", errors=(400, 401, 413, 422)),
+        },
+        "/v1/images/{name}": {
+            "get": _op("One image", params=[IMAGE_NAME], errors=(401, 404)),
+            "delete": _op("Remove an image not in use", params=[IMAGE_NAME], errors=(400, 401, 404, 409)),
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "sandbox-kernel", "version": __version__,
+                 "description": "Stateful Python sandboxes: create, execute (NDJSON events), files, lifecycle."},
+        "paths": paths,
+        "components": {
+            "schemas": {"Error": ERROR, "Sandbox": {"type": "object", "required": ["id", "state"],
+                                                    "properties": {"id": {"type": "string"}, "state": {"type": "string"}}}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }

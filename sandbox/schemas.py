@@ -1,0 +1,139 @@
+"""Request bodies: one declaration per route that both validates input and documents it.
+
+Validation answers bad input with a 4xx that names the field and what is wrong; the same
+declarations generate the OpenAPI document, so the document cannot drift from what the
+server accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from .errors import ApiError
+
+DAY = 86400
+
+
+@dataclass(frozen=True)
+class Field:
+    type: type | tuple
+    required: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+    items: type | None = None
+    description: str = ""
+
+    def check(self, name: str, value):
+        expected = self.type
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) and expected is not bool:
+            raise ApiError(422, "invalid_request", f"field {name!r} must be {_type_name(expected)}, not a boolean")
+        if not isinstance(value, expected):
+            raise ApiError(422, "invalid_request", f"field {name!r} must be {_type_name(expected)}, got {type(value).__name__}")
+        if self.minimum is not None and value < self.minimum:
+            raise ApiError(422, "invalid_request", f"field {name!r} must be at least {self.minimum}, got {value}")
+        if self.maximum is not None and value > self.maximum:
+            raise ApiError(422, "invalid_request", f"field {name!r} must be at most {self.maximum}, got {value}")
+        if self.max_length is not None and len(value) > self.max_length:
+            raise ApiError(422, "invalid_request", f"field {name!r} is longer than {self.max_length}")
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            raise ApiError(422, "invalid_request", f"field {name!r} must match {self.pattern}")
+        if self.items is not None:
+            for item in value:
+                if not isinstance(item, self.items):
+                    raise ApiError(422, "invalid_request", f"every item of {name!r} must be {_type_name(self.items)}")
+        return value
+
+    def openapi(self) -> dict:
+        kind = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}[self.type]
+        schema: dict = {"type": kind}
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.maximum is not None:
+            schema["maximum"] = self.maximum
+        if self.max_length is not None:
+            schema["maxLength" if kind == "string" else "maxItems"] = self.max_length
+        if self.pattern is not None:
+            schema["pattern"] = f"^{self.pattern}$"
+        if self.items is not None:
+            schema["items"] = {"type": {str: "string"}[self.items], "maxLength": 500}
+        if self.description:
+            schema["description"] = self.description
+        return schema
+
+
+def _type_name(t) -> str:
+    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean", dict: "an object",
+            list: "an array"}.get(t, str(t))
+
+
+IMAGE_NAME = r"[a-z0-9][a-z0-9._-]{0,62}"
+
+CREATE = {
+    "image": Field(str, pattern=IMAGE_NAME, description="Image name (default: 'default')."),
+    "ttl_seconds": Field(int, minimum=1, maximum=14 * DAY, description="Idle time before the sandbox ends; every execute renews it."),
+    "max_lifetime_seconds": Field(int, minimum=1, maximum=14 * DAY, description="Absolute cap on the sandbox's life."),
+    "memory_mb": Field(int, minimum=64, maximum=1024 * 1024),
+    "cpus": Field(float, minimum=0.05, maximum=1024),
+    "pids": Field(int, minimum=16, maximum=1 << 22),
+    "disk_mb": Field(int, minimum=16, maximum=1 << 24),
+    "metadata": Field(dict, description="Free-form labels, returned as given."),
+}
+EXECUTE = {
+    "code": Field(str, required=True, max_length=1 << 20),
+    "timeout_seconds": Field(float, minimum=0.1, maximum=14 * DAY),
+    "silent": Field(bool),
+    "store_history": Field(bool),
+}
+RENEW = {"ttl_seconds": Field(int, minimum=1, maximum=14 * DAY)}
+COMPLETE = {"code": Field(str, required=True, max_length=1 << 20), "cursor_pos": Field(int, minimum=0, maximum=1 << 20)}
+INSPECT = {**COMPLETE, "detail_level": Field(int, minimum=0, maximum=1)}
+IS_COMPLETE = {"code": Field(str, required=True, max_length=1 << 20)}
+IMAGE_BUILD = {
+    "name": Field(str, required=True, pattern=IMAGE_NAME),
+    "pip": Field(list, items=str, max_length=200),
+    "requirements": Field(str, max_length=1 << 16),
+    "preload": Field(list, items=str, max_length=50),
+}
+
+
+def parse(body: bytes, fields: dict[str, Field], allow_empty: bool = True) -> dict:
+    if not body.strip():
+        if allow_empty and not any(f.required for f in fields.values()):
+            return {}
+        raise ApiError(400, "invalid_request", "the request body must be a JSON object")
+    try:
+        data = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_request", "the request body must be a JSON object")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ApiError(422, "invalid_request", f"unknown field(s): {', '.join(map(repr, unknown))}; allowed: {', '.join(fields)}")
+    out = {}
+    for name, field in fields.items():
+        if name not in data or data[name] is None:
+            if field.required:
+                raise ApiError(422, "invalid_request", f"field {name!r} is required")
+            continue
+        out[name] = field.check(name, data[name])
+    return out
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def object_schema(fields: dict[str, Field]) -> dict:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {name: f.openapi() for name, f in fields.items()},
+        "required": [name for name, f in fields.items() if f.required],
+    }
