@@ -69,6 +69,10 @@ def report(config=None) -> list[dict]:
         "the server is not root: sandboxes run as the server's own uid (inside their own user namespace)")
     add("open files, core dumps, file size", IN_FORCE, "rlimits NOFILE, CORE=0, FSIZE")
     add("/tmp size", IN_FORCE, "tmpfs with a size cap")
+    from .isolation import disk
+
+    ok, why = disk.available()
+    add("workspace size", IN_FORCE if ok else WEAKER, why if ok else f"not capped: {why}")
     return items
 
 

