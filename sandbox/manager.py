@@ -74,6 +74,7 @@ class SandboxManager:
         self.pool: dict[str, deque[str]] = {}
         self.pool_starting: dict[str, int] = {}
         self.tasks: list[asyncio.Task] = []
+        self.reaping: list[subprocess.Popen] = []
         self.shutting_down = asyncio.Event()
         self.runtime_dir = ""
         self.root = os.geteuid() == 0
@@ -229,7 +230,7 @@ class SandboxManager:
                 if event.get("type") == "done":
                     handle.state["execution_count"] = event.get("execution_count")
                     if event.get("sandbox_state") in ENDED_STATES:
-                        self._check_handle(handle, wait=True)
+                        self._check_handle(handle)
                     return
         finally:
             writer.close()
@@ -256,24 +257,22 @@ class SandboxManager:
                         extra={"state": state, "reason": st.get("dead_reason") or state})
 
     def _check_handle(self, handle: Handle, wait: bool = False) -> None:
-        """Move a sandbox whose supervisor has exited from the live registry to the ended one."""
-        if handle.process is not None:
-            if wait:
-                try:
-                    handle.process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    pass
-            alive = handle.process.poll() is None
-        else:
-            alive = _pid_is_supervisor(handle.pid, handle.dir)
-            if wait and alive:
-                deadline = time.monotonic() + 15
-                while alive and time.monotonic() < deadline:
-                    time.sleep(0.02)
-                    alive = _pid_is_supervisor(handle.pid, handle.dir)
-        if alive:
-            return
+        """Move a sandbox that has ended from the live registry to the ended one.
+
+        Ended means its supervisor exited, or recorded an ended state and is tearing down
+        (its exit is then reaped later, so a request right after a death already gets 410).
+        """
+        alive = self._supervisor_alive(handle)
+        if wait and alive:
+            deadline = time.monotonic() + 15
+            while alive and time.monotonic() < deadline:
+                time.sleep(0.02)
+                alive = self._supervisor_alive(handle)
         st = statefile.read_json(os.path.join(handle.dir, "state.json")) or dict(handle.state)
+        if alive and st.get("state") not in ENDED_STATES:
+            return
+        if alive and handle.process is not None:
+            self.reaping.append(handle.process)
         if st.get("state") not in ENDED_STATES:
             st.update(state="dead", dead_reason=st.get("dead_reason") or "crashed",
                       dead_message=st.get("dead_message") or "its supervisor process ended unexpectedly")
@@ -282,6 +281,12 @@ class SandboxManager:
             if handle.id in q:
                 q.remove(handle.id)
         self._bury(handle.id, st, handle.dir)
+
+    @staticmethod
+    def _supervisor_alive(handle: Handle) -> bool:
+        if handle.process is not None:
+            return handle.process.poll() is None
+        return _pid_is_supervisor(handle.pid, handle.dir)
 
     def list(self) -> list[Handle]:
         for handle in list(self.live.values()):
@@ -468,6 +473,7 @@ class SandboxManager:
             try:
                 for handle in list(self.live.values()):
                     self._check_handle(handle)
+                self.reaping = [p for p in self.reaping if p.poll() is None]
                 cutoff = time.time() - TOMBSTONE_SECONDS
                 for sandbox_id in list(self.ended):
                     d = self.state.sandbox(sandbox_id)

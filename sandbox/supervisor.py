@@ -279,6 +279,7 @@ class Supervisor:
             self.state["state"] = "dead" if reason not in ("expired", "deleted") else reason
             if self.state["state"] == "dead":
                 self.state["dead_reason"], self.state["dead_message"] = reason, message
+        self.save()
         if self.current is not None:
             await self.current.events.put({"type": "_died", "reason": reason, "message": message})
         for future in self.pending.values():
@@ -360,6 +361,7 @@ class Supervisor:
             return
         self.state["state"] = state
         self.state["end_message"] = message
+        self.save()
         await self.kill(state, message)
         self.finished.set()
 
