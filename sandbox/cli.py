@@ -21,6 +21,14 @@ def _config_from(args):
             kwargs[flag] = True
     if getattr(args, "no_seccomp", False):
         kwargs["seccomp"] = False
+    pools = {}
+    for item in getattr(args, "pool_image", None) or []:
+        name, _, count = item.partition("=")
+        if not count.isdigit():
+            raise SystemExit(f"--pool-image wants NAME=COUNT, got {item!r}")
+        pools[name] = int(count)
+    if pools:
+        kwargs["pool_sizes"] = pools
     return ServiceConfig(**kwargs)
 
 
@@ -157,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--state-dir")
     serve.add_argument("--token", help="bearer token (default: SANDBOX_KERNEL_TOKEN or STATE/token)")
     serve.add_argument("--pool-size", type=int, help="warm sandboxes kept ready for the default image")
+    serve.add_argument("--pool-image", action="append", metavar="NAME=COUNT",
+                       help="warm sandboxes for a custom image (repeatable)")
     serve.add_argument("--ttl-seconds", type=int)
     serve.add_argument("--memory-mb", type=int)
     serve.add_argument("--pids", type=int)

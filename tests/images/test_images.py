@@ -1,0 +1,130 @@
+"""Custom images: built once from a pip recipe, layered on the default image, selected per
+sandbox, immutable, reused for the same recipe, removable only when unused.
+
+`six` is the small pure-Python package under test: it is not in the default image (checked
+here, so the test cannot pass by accident if the default image ever gains it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PACKAGE = "six"
+
+
+def build(api, **fields) -> tuple[list[dict], dict]:
+    events = []
+    with api.stream("POST", "/v1/images", json=fields, timeout=600) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if line:
+                events.append(json.loads(line))
+    assert events and events[-1]["type"] == "done"
+    return events[:-1], events[-1]
+
+
+def result_text(events: list[dict]) -> str:
+    return "".join(e.get("text", "") for e in events if e["type"] == "stream") + "".join(
+        e["data"].get("text/plain", "") for e in events if e["type"] == "execute_result")
+
+
+@pytest.fixture(scope="module")
+def tiny_image(sandbox_server):
+    import httpx
+
+    with httpx.Client(base_url=sandbox_server.url, headers={"Authorization": f"Bearer {sandbox_server.token}"}) as api:
+        progress, done = build(api, name="tiny", pip=[PACKAGE], preload=["six"])
+        assert done["status"] == "ok", done
+        yield done["image"]
+        api.delete("/v1/images/tiny")
+
+
+def test_build_lists_the_image_with_its_recipe(api, tiny_image):
+    assert tiny_image["name"] == "tiny"
+    assert tiny_image["base"] == "default"
+    assert tiny_image["pip"] == [PACKAGE]
+    assert any(p.lower().startswith(f"{PACKAGE}==") for p in tiny_image["packages"])
+    listed = {i["name"]: i for i in api.get("/v1/images").json()["images"]}
+    assert "tiny" in listed and "default" in listed
+    assert listed["tiny"]["size_bytes"] > 0 and listed["tiny"]["built_at"]
+
+
+def test_sandbox_on_the_image_imports_the_package_and_the_base_ones(new_sandbox, run, tiny_image):
+    sbx = new_sandbox(image="tiny")
+    assert sbx["image"] == "tiny"
+    events = run(sbx["id"], "import six, numpy, pandas\nprint(six.__name__, numpy.__name__, pandas.__name__)")
+    assert events[-1]["status"] == "ok", events
+    assert "six numpy pandas" in result_text(events)
+
+
+def test_default_image_does_not_have_it(new_sandbox, run, tiny_image):
+    sbx = new_sandbox()
+    events = run(sbx["id"], "import six")
+    errors = [e for e in events if e["type"] == "error"]
+    assert [e["ename"] for e in errors] == ["ModuleNotFoundError"]
+
+
+def test_pip_install_still_fails_inside(new_sandbox, run, tiny_image):
+    sbx = new_sandbox(image="tiny")
+    events = run(sbx["id"], "import subprocess, sys\n"
+                            "r = subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-cache-dir', '--retries', '0', "
+                            "'--timeout', '3', 'requests'], capture_output=True, text=True)\n"
+                            "print('exit', r.returncode)\n"
+                            "import importlib.util; print('found', importlib.util.find_spec('requests') is not None)", timeout_seconds=120)
+    text = result_text(events)
+    assert "exit 0" not in text and "exit " in text
+    assert "found False" in text
+
+
+def test_rm_refused_while_in_use_then_allowed(api, new_sandbox, sandbox_server):
+    progress, done = build(api, name="tiny-rm", pip=[PACKAGE])
+    assert done["status"] == "ok", done
+    sbx = new_sandbox(image="tiny-rm")
+    r = api.delete("/v1/images/tiny-rm")
+    assert r.status_code == 409
+    assert "in use" in r.json()["error"]["message"]
+    assert api.get("/v1/images/tiny-rm").status_code == 200
+    api.delete(f"/v1/sandboxes/{sbx['id']}")
+    r = api.delete("/v1/images/tiny-rm")
+    assert r.status_code == 200, r.text
+    assert api.get("/v1/images/tiny-rm").status_code == 404
+    assert not os.path.exists(os.path.join(sandbox_server.state_dir, "images", "tiny-rm"))
+    r = api.post("/v1/sandboxes", json={"image": "tiny-rm"})
+    assert r.status_code == 404 and "tiny-rm" in r.json()["error"]["message"]
+
+
+def test_same_recipe_is_reused_and_another_recipe_refused(api, tiny_image):
+    progress, done = build(api, name="tiny", pip=[PACKAGE], preload=["six"])
+    assert done["status"] == "ok"
+    assert done["image"]["built_at"] == tiny_image["built_at"]
+    assert any("reusing" in p["message"] for p in progress)
+    progress, done = build(api, name="tiny", pip=[PACKAGE, "wheel"])
+    assert done["status"] == "error" and done["error"]["code"] == "conflict"
+
+
+def test_bad_package_fails_cleanly_and_leaves_nothing(api, sandbox_server):
+    progress, done = build(api, name="broken", pip=["this-package-does-not-exist-sbk-4242"])
+    assert done["status"] == "error"
+    assert "this-package-does-not-exist-sbk-4242" in done["error"]["message"]
+    assert api.get("/v1/images/broken").status_code == 404
+    assert not os.path.exists(os.path.join(sandbox_server.state_dir, "images", "broken"))
+
+
+def test_invalid_recipes_are_refused(api):
+    assert api.post("/v1/images", json={"name": "Bad Name", "pip": ["six"]}).status_code == 422
+    assert api.post("/v1/images", json={"name": "x", "pip": "six"}).status_code == 422
+    progress, done = build(api, name="flagged", pip=["--index-url=http://evil"])
+    assert done["status"] == "error" and "not a package requirement" in done["error"]["message"]
+
+
+def test_cli_lists_images(sandbox_server, tiny_image):
+    out = subprocess.run([sys.executable, "-m", "sandbox", "image", "ls", "--state-dir", str(sandbox_server.state_dir)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    line = next(l for l in out.stdout.splitlines() if l.startswith("tiny "))
+    assert PACKAGE in line
