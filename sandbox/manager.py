@@ -386,7 +386,9 @@ class SandboxManager:
             "disk_quota": self.disk_quota,
         }
         statefile.write_json(os.path.join(d, "spec.json"), spec)
-        handle = Handle(sandbox_id, d, image, uid)
+        # Until the supervisor reports, a pool sandbox must already look pooled (hidden from
+        # GET /v1/sandboxes and from get), not like a user's sandbox with no state.
+        handle = Handle(sandbox_id, d, image, uid, state={"state": "pooled" if pooled else "booting"})
         read_fd, write_fd = os.pipe()
         log_file = open(os.path.join(d, "supervisor.log"), "ab")
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}

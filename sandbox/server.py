@@ -11,6 +11,7 @@ import ipaddress
 import logging
 import os
 import secrets
+import signal
 import sys
 
 import uvicorn
@@ -94,9 +95,14 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     statefile.write_json(state.server_file, {"pid": os.getpid(), "url": f"http://{config.host}:{config.port}"}, mode=0o644)
     out(f"sandbox server on http://{config.host}:{config.port} (state: {state.root}; "
         f"isolation: {', '.join(i['name'] + ' ' + i['status'] for i in items if i['status'] != 'in force') or 'all protections in force'})")
+    # uvicorn re-raises the SIGTERM it handled once shutdown is complete, which would kill
+    # this process before the clean-up below (exit status -15, stale server.json): a no-op
+    # handler turns that into a normal return and exit status 0.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
         server.run()
     finally:
+        signal.signal(signal.SIGTERM, previous)
         try:
             cur = statefile.read_json(state.server_file) or {}
             if cur.get("pid") == os.getpid():

@@ -192,10 +192,15 @@ class Supervisor:
         passwd, group = bwrap.passwd_files()
         passwd_fd, group_fd = _data_fd(passwd), _data_fd(group)
         keep += [passwd_fd, group_fd]
-        argv = bwrap.build_argv(
+        options, command = bwrap.build_argv(
             spec, bwrap_exe=f"/proc/self/fd/{bwrap_fd}", channel_fd=child_sock.fileno(),
             seccomp_fd=seccomp_fd, passwd_fd=passwd_fd, group_fd=group_fd,
         )
+        # Hand bwrap its arguments through an fd: its pid 1 inside the sandbox shares its
+        # command line, and the host paths in it are none of the sandbox's business.
+        args_fd = _data_fd(b"".join(arg.encode() + b"\0" for arg in options[1:]))
+        keep.append(args_fd)
+        argv = [options[0], "--args", str(args_fd), *command]
         uid = spec.get("uid")
         cgroup = self.cgroup
 
@@ -493,7 +498,7 @@ class Supervisor:
             self.current = execution
             self.touch()
             client_gone = asyncio.Event()
-            watch_client = asyncio.create_task(_wait_eof(reader, client_gone))
+            watch_client = asyncio.create_task(_wait_eof(reader, client_gone, execution.events))
             timeout = request.get("timeout_seconds") or self.spec["limits"]["timeout_seconds"]
             budget = int(self.spec["limits"]["output_bytes"]) * 2 + 32 * 1024 * 1024
             sent = 0
@@ -527,6 +532,8 @@ class Supervisor:
                             deadline = time.monotonic() + 30
                         continue
                     kind = event.get("type")
+                    if kind == "_client_gone":
+                        continue  # back to the top, which interrupts the cell
                     if kind == "done":
                         done = event
                         break
@@ -583,13 +590,18 @@ class Supervisor:
             client_gone.set()
 
 
-async def _wait_eof(reader: asyncio.StreamReader, gone: asyncio.Event) -> None:
+async def _wait_eof(reader: asyncio.StreamReader, gone: asyncio.Event, wake: asyncio.Queue | None = None) -> None:
     try:
         while await reader.read(4096):
             pass
     except (ConnectionError, OSError):
         pass
     gone.set()
+    if wake is not None:  # a silent cell sends no event: wake the execute loop so it interrupts
+        try:
+            wake.put_nowait({"type": "_client_gone"})
+        except asyncio.QueueFull:
+            pass  # a full queue wakes it anyway
 
 
 def _event_size(event: dict) -> int:

@@ -88,8 +88,8 @@ def image_binds(image: dict) -> list[tuple[str, str]]:
 
 
 def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int | None,
-               passwd_fd: int, group_fd: int) -> list[str]:
-    """The full bwrap command line for one sandbox (see module docstring for the shape)."""
+               passwd_fd: int, group_fd: int) -> tuple[list[str], list[str]]:
+    """bwrap's options for one sandbox, and the command it runs (see the module docstring)."""
     image = spec["image_info"]
     limits = spec["limits"]
     argv = [
@@ -152,8 +152,7 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         argv += ["--setenv", key, value]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
-    argv += [os.path.join(image["venv"], "bin", "python"), "-m", "sandbox_runtime", str(channel_fd)]
-    return argv
+    return argv, [os.path.join(image["venv"], "bin", "python"), "-m", "sandbox_runtime", str(channel_fd)]
 
 
 def passwd_files() -> tuple[bytes, bytes]:

@@ -227,10 +227,27 @@ def _text_stream(fd: int):
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", write_through=True)
 
 
+def _close_inherited_fds(keep: set[int]) -> None:
+    """Close every fd bwrap passed on but the runtime does not use, before any user code runs.
+
+    The supervisor hands bwrap O_PATH fds of host paths (its binary and bundled libraries);
+    left open, ``/proc/self/fd/N/..`` walks the host's filesystem from inside the sandbox.
+    """
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own, already closed
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    _close_inherited_fds({int(argv[0])} if argv and argv[0].isdigit() else set())
     diag = os.dup(2)
     try:
-        _main(sys.argv[1:] if argv is None else argv, diag)
+        _main(argv, diag)
     except BaseException:
         os.write(diag, traceback.format_exc().encode("utf-8", "replace"))
         os._exit(1)
@@ -244,6 +261,9 @@ def _main(argv: list[str], diag: int) -> None:
     # Keep the runtime's own diagnostics (fatal errors) on the original stderr, which the
     # supervisor logs; user output goes through the capture pipes.
     faulthandler.enable(file=os.fdopen(diag, "w", closefd=False))
+    # The supervisor ignores SIGINT and that disposition is inherited through bwrap; Python
+    # then installs no KeyboardInterrupt handler, so interrupts would be silently ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     channel = SocketChannel.from_fd(channel_fd)
     runtime = Runtime(channel, output_limit)
     runtime.drains = {
