@@ -151,7 +151,8 @@ def cmd_lab(args) -> int:
     argv = [sys.executable, "-m", "jupyter", "lab", "--ip=127.0.0.1", f"--port={args.port}", "--no-browser"]
     if os.geteuid() == 0:
         argv.append("--allow-root")
-    argv += args.lab_args
+    extra = args.lab_args[1:] if args.lab_args[:1] == ["--"] else args.lab_args
+    argv += extra
     os.execv(sys.executable, argv)
 
 
