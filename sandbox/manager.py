@@ -24,7 +24,7 @@ from . import statefile
 from .config import ServiceConfig
 from .errors import ApiError
 from .images import ImageStore
-from .isolation import disk
+from .isolation import bwrap, cgroups, disk
 from .paths import StateDir
 from .runtime.protocol import ProtocolError, read_frame, write_frame
 
@@ -77,6 +77,7 @@ class SandboxManager:
         self.reaping: list[subprocess.Popen] = []
         self.shutting_down = asyncio.Event()
         self.runtime_dir = ""
+        self.bwrap_path: str | None = None
         self.root = os.geteuid() == 0
         self.disk_quota = disk.available()[0]
 
@@ -85,6 +86,8 @@ class SandboxManager:
         """Blocking start-up work: state layout, runtime copy, default image."""
         self.state.ensure()
         self.runtime_dir = self._install_runtime()
+        binary = bwrap.discover()
+        self.bwrap_path = bwrap.install_copy(binary, os.path.join(self.state.root, "bwrap")) if binary else None
         if self.images.get(self.config.default_image) is None:
             progress(f"the default image is missing: building it once (this takes a minute or two)")
             self.images.ensure_default(progress=progress)
@@ -158,6 +161,8 @@ class SandboxManager:
 
     def _bury(self, sandbox_id: str, st: dict, d: str) -> None:
         self.ended[sandbox_id] = st
+        for directory in st.get("cgroup_dirs") or []:
+            cgroups.remove_dir(directory)  # left behind when a supervisor was killed
         # Workspaces of ended sandboxes are removed; the small state file stays as a tombstone.
         disk.destroy(os.path.join(d, "workspace.img"), os.path.join(d, "workspace"))
         shutil.rmtree(os.path.join(d, "workspace"), ignore_errors=True)
@@ -201,6 +206,7 @@ class SandboxManager:
             reader, writer = await asyncio.open_unix_connection(handle.socket, limit=1 << 20)
         except OSError:
             raise self._gone_or_unavailable(handle) from None
+        next_frame = None
         try:
             await write_frame(writer, {"op": "execute", **request})
             while True:
@@ -216,8 +222,9 @@ class SandboxManager:
                            "sandbox_state": handle.state.get("state", "running")}
                     return
                 stop.cancel()
+                frame, next_frame = next_frame, None
                 try:
-                    event = next_frame.result()
+                    event = frame.result()
                 except (EOFError, ProtocolError, OSError):
                     self._check_handle(handle)
                     st = self.ended.get(handle.id) or {}
@@ -233,6 +240,8 @@ class SandboxManager:
                         self._check_handle(handle)
                     return
         finally:
+            if next_frame is not None:  # the client went away mid-read: nobody wants the frame
+                next_frame.cancel()
             writer.close()
 
     # ------------------------------------------------------------- lifecycle
@@ -383,7 +392,7 @@ class SandboxManager:
             "limits": limits, "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
             "pooled": pooled, "metadata": metadata or {}, "runtime_dir": self.runtime_dir,
             "workspace": workspace, "seccomp": self.config.seccomp, "use_cgroups": self.root,
-            "disk_quota": self.disk_quota,
+            "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path,
         }
         statefile.write_json(os.path.join(d, "spec.json"), spec)
         # Until the supervisor reports, a pool sandbox must already look pooled (hidden from

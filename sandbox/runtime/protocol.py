@@ -83,19 +83,14 @@ class SocketChannel:
 
 
 async def read_frame(reader: asyncio.StreamReader, max_frame: int = MAX_FRAME_BYTES) -> dict:
-    """Read one frame; an oversized one is skipped unread and reported as FrameTooLarge."""
+    """Read one frame. An oversized one raises FrameTooLarge before anything is buffered;
+    the channel is then out of step, and the caller must drop it."""
     try:
         header = await reader.readexactly(HEADER.size)
     except asyncio.IncompleteReadError:
         raise EOFError("channel closed") from None
     (size,) = HEADER.unpack(header)
     if size > max_frame:
-        remaining = size
-        while remaining:
-            chunk = await reader.read(min(remaining, 1 << 20))
-            if not chunk:
-                raise EOFError("channel closed")
-            remaining -= len(chunk)
         raise FrameTooLarge(size, max_frame)
     try:
         payload = await reader.readexactly(size)

@@ -35,6 +35,9 @@ class Runtime:
         self.main_thread = threading.main_thread().ident
         self.shell = None
         self.drains: dict[str, PipeDrain] = {}
+        self.lock = threading.Lock()
+        self.accepted: set[str] = set()  # executes received, not started
+        self.cancelled: dict[str, dict] = {}  # ... and interrupted before they started
 
     # ----------------------------------------------------------------- output
     def send(self, message: dict) -> None:
@@ -95,13 +98,23 @@ class Runtime:
             if message.get("op") == "interrupt":
                 self.interrupt(message)
             else:
+                if message.get("op") == "execute":
+                    with self.lock:
+                        self.accepted.add(message.get("exec"))
                 self.requests.put(message)
 
     def interrupt(self, message: dict) -> None:
-        running = self.current is not None and message.get("exec") in (None, self.current)
-        if running:
-            self.interrupt_reason = message
-            signal.pthread_kill(self.main_thread, signal.SIGINT)
+        """Interrupt the running cell, or cancel one that arrived but has not started yet
+        (otherwise an interrupt sent right after an execute would be lost)."""
+        target = message.get("exec")
+        with self.lock:
+            running = self.current is not None and target in (None, self.current)
+            if running:
+                self.interrupt_reason = message
+                signal.pthread_kill(self.main_thread, signal.SIGINT)
+            elif target in self.accepted:
+                self.cancelled[target] = message
+                running = True
         self.send({"type": "reply", "id": message.get("id"), "interrupted": running})
 
     # -------------------------------------------------------------- requests
@@ -127,9 +140,15 @@ class Runtime:
         self.interrupt_reason = None
         self.last_error = None
         started = time.monotonic()
-        self.current = exec_id
+        with self.lock:
+            self.accepted.discard(exec_id)
+            cancelled = self.cancelled.pop(exec_id, None)
+            self.current = exec_id
         status = "ok"
         try:
+            if cancelled is not None:
+                self.interrupt_reason = cancelled
+                raise KeyboardInterrupt
             result = self.shell.run_cell(
                 message.get("code", ""),
                 store_history=bool(message.get("store_history", True)),
