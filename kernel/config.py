@@ -1,0 +1,186 @@
+"""The kernel's settings: traitlets, each with an environment-variable fallback.
+
+Environment variables are the way to configure a kernel per kernelspec (the spec's `env`)
+or per launch, which is what notebook servers offer; the traits are there for
+`--SandboxKernel.ttl_seconds=600` on the kernel's command line. The kernel reads no
+config file of its own: two notebooks open in the same Jupyter should not silently share
+a hidden file's settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import typing as t
+
+from traitlets import Bool, Float, Integer, Unicode, default
+from traitlets.config import Configurable
+
+log = logging.getLogger(__name__)
+
+
+def env_value(name: str, cast: t.Callable[[str], t.Any]) -> t.Any:
+    """The value of environment variable `name`, cast; None if unset, empty or malformed.
+
+    A malformed value is logged and ignored rather than stopping the kernel from starting:
+    a kernel that cannot start shows the user nothing at all.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return cast(raw)
+    except (TypeError, ValueError):
+        log.warning("ignoring %s=%r: not a valid %s", name, raw, getattr(cast, "__name__", "value"))
+        return None
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+class SandboxSettings(Configurable):
+    """Mixed into the kernel so that its traits are configured as `SandboxKernel.<name>`."""
+
+    url = Unicode(
+        None,
+        allow_none=True,
+        help="URL of the sandbox server (env SANDBOX_KERNEL_URL). When unset, the kernel uses "
+        "the local server at http://127.0.0.1:8765 and starts it if nothing answers there.",
+    ).tag(config=True)
+
+    token = Unicode(
+        None,
+        allow_none=True,
+        help="Bearer token (env SANDBOX_KERNEL_TOKEN); else read from <state_dir>/token.",
+    ).tag(config=True)
+
+    state_dir = Unicode(
+        None,
+        allow_none=True,
+        help="State directory of the local server (env SANDBOX_KERNEL_STATE_DIR); holds its "
+        "token, and server.log when the kernel starts the server.",
+    ).tag(config=True)
+
+    image = Unicode(None, allow_none=True, help="Sandbox image (env SANDBOX_KERNEL_IMAGE).").tag(config=True)
+
+    ttl_seconds = Integer(
+        None,
+        allow_none=True,
+        help="Idle time after which the sandbox expires, renewed by each cell (env SANDBOX_KERNEL_TTL).",
+    ).tag(config=True)
+
+    max_lifetime_seconds = Integer(
+        None, allow_none=True, help="Hard cap on the sandbox's life (env SANDBOX_KERNEL_MAX_LIFETIME)."
+    ).tag(config=True)
+
+    memory_mb = Integer(None, allow_none=True, help="Memory limit in MB (env SANDBOX_KERNEL_MEMORY_MB).").tag(
+        config=True
+    )
+    cpus = Float(None, allow_none=True, help="CPU limit (env SANDBOX_KERNEL_CPUS).").tag(config=True)
+    pids = Integer(None, allow_none=True, help="Process limit (env SANDBOX_KERNEL_PIDS).").tag(config=True)
+    disk_mb = Integer(None, allow_none=True, help="/workspace size limit in MB (env SANDBOX_KERNEL_DISK_MB).").tag(
+        config=True
+    )
+
+    execute_timeout = Float(
+        None,
+        allow_none=True,
+        help="Seconds a cell may run before it is interrupted (env SANDBOX_KERNEL_TIMEOUT); "
+        "unset: the server's default.",
+    ).tag(config=True)
+
+    start_server = Bool(
+        None,
+        allow_none=True,
+        help="Start the server if none answers (env SANDBOX_KERNEL_START_SERVER). Unset: "
+        "only for the default local URL, i.e. when no URL is configured; 0: never; 1: also "
+        "for a configured URL on this machine (its host and port are used).",
+    ).tag(config=True)
+
+    server_start_timeout = Float(
+        900.0,
+        help="Seconds to wait for a server the kernel started; its first start builds the "
+        "sandbox image (env SANDBOX_KERNEL_START_TIMEOUT).",
+    ).tag(config=True)
+
+    reconnect_timeout = Float(
+        15.0,
+        help="Seconds to keep retrying an unreachable server before failing the cell "
+        "(env SANDBOX_KERNEL_RECONNECT_TIMEOUT).",
+    ).tag(config=True)
+
+    @default("url")
+    def _url_default(self) -> str | None:
+        return env_value("SANDBOX_KERNEL_URL", str)
+
+    @default("token")
+    def _token_default(self) -> str | None:
+        return env_value("SANDBOX_KERNEL_TOKEN", str)
+
+    @default("state_dir")
+    def _state_dir_default(self) -> str | None:
+        return env_value("SANDBOX_KERNEL_STATE_DIR", str)
+
+    @default("image")
+    def _image_default(self) -> str | None:
+        return env_value("SANDBOX_KERNEL_IMAGE", str)
+
+    @default("ttl_seconds")
+    def _ttl_default(self) -> int | None:
+        return env_value("SANDBOX_KERNEL_TTL", int)
+
+    @default("max_lifetime_seconds")
+    def _max_lifetime_default(self) -> int | None:
+        return env_value("SANDBOX_KERNEL_MAX_LIFETIME", int)
+
+    @default("memory_mb")
+    def _memory_default(self) -> int | None:
+        return env_value("SANDBOX_KERNEL_MEMORY_MB", int)
+
+    @default("cpus")
+    def _cpus_default(self) -> float | None:
+        return env_value("SANDBOX_KERNEL_CPUS", float)
+
+    @default("pids")
+    def _pids_default(self) -> int | None:
+        return env_value("SANDBOX_KERNEL_PIDS", int)
+
+    @default("disk_mb")
+    def _disk_default(self) -> int | None:
+        return env_value("SANDBOX_KERNEL_DISK_MB", int)
+
+    @default("execute_timeout")
+    def _timeout_default(self) -> float | None:
+        return env_value("SANDBOX_KERNEL_TIMEOUT", float)
+
+    @default("start_server")
+    def _start_server_default(self) -> bool | None:
+        return env_value("SANDBOX_KERNEL_START_SERVER", _bool)
+
+    @default("server_start_timeout")
+    def _start_timeout_default(self) -> float:
+        value = env_value("SANDBOX_KERNEL_START_TIMEOUT", float)
+        return 900.0 if value is None else value
+
+    @default("reconnect_timeout")
+    def _reconnect_default(self) -> float:
+        value = env_value("SANDBOX_KERNEL_RECONNECT_TIMEOUT", float)
+        return 15.0 if value is None else value
+
+    def create_arguments(self) -> dict[str, t.Any]:
+        """Keyword arguments for `AsyncSandbox.create`; None means "the server's default"."""
+        return {
+            "image": self.image,
+            "ttl_seconds": self.ttl_seconds,
+            "max_lifetime_seconds": self.max_lifetime_seconds,
+            "memory_mb": self.memory_mb,
+            "cpus": self.cpus,
+            "pids": self.pids,
+            "disk_mb": self.disk_mb,
+        }

@@ -1,0 +1,305 @@
+"""The Jupyter side: maps the kernel protocol onto a sandbox on the server.
+
+Protocol mapping only: execute, interrupt, shutdown, completion, inspection and history
+messages become calls on the sandbox (through `SandboxLifecycle`, which also recovers
+from a gone sandbox or an absent server); sandbox events become IOPub messages
+(`outputs`); the kernel's own magics are in `magics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import platform
+import signal
+import typing as t
+from fnmatch import fnmatchcase
+
+from ipykernel.kernelbase import Kernel
+
+from . import __version__
+from .config import SandboxSettings
+from .lifecycle import Cell, KernelFailure, SandboxLifecycle
+from .magics import MagicError, magic_name_matches, push_path_completions
+from .outputs import error_content, error_reply
+
+
+class _Out:
+    """Publishes one cell's output on IOPub, or nothing at all for a silent cell.
+
+    The parent header is captured at the start of the cell, so that output sent from
+    worker threads (progress bars during uploads) is still attributed to the cell.
+    """
+
+    def __init__(self, kernel: SandboxKernel, silent: bool) -> None:
+        self.kernel = kernel
+        self.silent = silent
+        self.parent = kernel.get_parent("shell")
+        self.error: dict[str, t.Any] | None = None
+        self.text_result: str | None = None
+
+    def send(self, msg_type: str, content: dict[str, t.Any]) -> None:
+        if msg_type == "error":
+            self.error = content
+        if self.silent or self.kernel.session is None:
+            return
+        self.kernel.session.send(
+            self.kernel.iopub_socket, msg_type, content, parent=self.parent, ident=self.kernel._topic(msg_type)
+        )
+
+    def stream(self, name: str, text: str) -> None:
+        self.send("stream", {"name": name, "text": text})
+
+    def display(self, data: dict[str, t.Any], *, display_id: str, update: bool = False) -> None:
+        self.send(
+            "update_display_data" if update else "display_data",
+            {"data": data, "metadata": {}, "transient": {"display_id": display_id}},
+        )
+
+
+class SandboxKernel(SandboxSettings, Kernel):
+    implementation = "sandbox"
+    implementation_version = __version__
+    language = "python"
+    language_version = platform.python_version()
+    language_info = {
+        "name": "python",
+        "version": platform.python_version(),
+        "mimetype": "text/x-python",
+        "codemirror_mode": {"name": "ipython", "version": 3},
+        "pygments_lexer": "ipython3",
+        "nbconvert_exporter": "python",
+        "file_extension": ".py",
+    }
+    banner = (
+        f"Python (sandbox) {__version__}: your code runs in an isolated, stateful sandbox "
+        "with no network.\n%push / %pull move files in and out of /workspace; %sandbox and "
+        "%ttl show where it runs and for how long."
+    )
+    help_links = [
+        {"text": "Python Reference", "url": "https://docs.python.org/3/"},
+        {"text": "IPython Reference", "url": "https://ipython.readthedocs.io/en/stable/"},
+    ]
+
+    def __init__(self, **kwargs: t.Any) -> None:
+        super().__init__(**kwargs)
+        self.sandbox = SandboxLifecycle(self, self.log)
+        self._history: list[tuple[int, int, str, str | None]] = []
+        self._history_session = 1
+        self._history_line = itertools.count(1)
+
+    @property  # type: ignore[override]
+    def execution_count(self) -> int:
+        """The count the next cell will get: the sandbox's last one plus one.
+
+        Kernel.execute_request increments and publishes this before the cell runs; the
+        sandbox's own count is authoritative, so the setter ignores the increment, as
+        IPythonKernel does with its shell's count.
+        """
+        return self.sandbox.last_count + 1
+
+    @execution_count.setter
+    def execution_count(self, value: int) -> None:
+        pass
+
+    def start(self) -> None:
+        super().start()
+        # Claim the sandbox while the user is still typing the first cell; kernel start
+        # itself stays fast for jupyter_client's timeouts.
+        self.sandbox.start(self.io_loop.asyncio_loop)
+        try:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:  # not the main thread: no handler, the TTL cleans up
+            pass
+
+    def _on_sigterm(self, signum: int, frame: t.Any) -> None:
+        """jupyter_client falls back to SIGTERM when shutdown_request goes unanswered:
+        still delete the sandbox rather than leave it running until its TTL."""
+        self.sandbox.delete_now()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    # ------------------------------------------------------------------ execute
+
+    async def do_execute(
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool = True,
+        user_expressions: dict | None = None,
+        allow_stdin: bool = False,
+        *,
+        cell_meta: dict | None = None,
+        cell_id: str | None = None,
+    ) -> dict[str, t.Any]:
+        out = _Out(self, silent)
+        count = self.execution_count
+        loop = asyncio.get_running_loop()
+        # The cell runs as a task of its own so that an interrupt arriving while no code
+        # runs in the sandbox yet (server starting, file uploading) can cancel just it.
+        task = loop.create_task(self.sandbox.run_cell(code, silent, store_history, out))
+        self.sandbox.cell = Cell(task, loop)
+        try:
+            await asyncio.wait({task})
+        finally:
+            self.sandbox.cell = None
+        if task.cancelled():
+            reply = self._fail(out, count, "KeyboardInterrupt", "")
+        elif isinstance(task.exception(), (KernelFailure, MagicError)):
+            failure = t.cast(KernelFailure, task.exception())
+            reply = self._fail(out, count, failure.ename, failure.evalue)
+        elif task.exception() is not None:
+            exc = task.exception()
+            self.log.error("internal error running a cell", exc_info=exc)
+            reply = self._fail(out, count, "KernelError", f"the sandbox kernel failed: {type(exc).__name__}: {exc}")
+        else:
+            reply = task.result()
+        if store_history and not silent:
+            text = out.text_result if reply.get("status") == "ok" else None
+            self._history.append((self._history_session, next(self._history_line), code, text))
+        return reply
+
+    def _fail(self, out: _Out, count: int, ename: str, evalue: str) -> dict[str, t.Any]:
+        if out.error is None:
+            out.send("error", error_content(ename, evalue))
+        else:
+            # The cell already showed its error; this one is context, not a second error.
+            out.stream("stderr", f"{ename}: {evalue}\n")
+        return error_reply(count, t.cast(dict, out.error))
+
+    # ------------------------------------------------------------------ control
+
+    async def interrupt_request(self, stream: t.Any, ident: t.Any, parent: t.Any) -> None:
+        """Interrupt by message (kernel.json says `interrupt_mode: message`).
+
+        A signal would reach this process, not the sandbox; and ipykernel 7's default
+        handling lets KeyboardInterrupt escape an async do_execute. Runs on the control
+        thread.
+        """
+        try:
+            await self.sandbox.interrupt()
+        except Exception as exc:  # the reply must go out whatever happened
+            self.log.warning("interrupt failed: %s", exc)
+        self.session.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
+
+    async def do_shutdown(self, restart: bool) -> dict[str, t.Any]:
+        """Delete the sandbox. A restart is a new kernel process, which makes a new one."""
+        await self.sandbox.shutdown()
+        return {"status": "ok", "restart": restart}
+
+    # ------------------------------------------------------------------ introspection
+
+    async def do_complete(self, code: str, cursor_pos: int | None) -> dict[str, t.Any]:
+        pos = len(code) if cursor_pos is None else cursor_pos
+        local = push_path_completions(code, pos, self.sandbox.cwd)
+        if local is not None:
+            return local
+        reply = await self.sandbox.ask(lambda s: s.complete(code, pos))
+        reply = dict(reply or {"matches": [], "cursor_start": pos, "cursor_end": pos})
+        ours = magic_name_matches(code, pos)
+        if ours:
+            start = code.rfind("\n", 0, pos) + 1
+            if not reply.get("matches"):
+                reply.update(matches=[], cursor_start=start, cursor_end=pos)
+            if reply.get("cursor_start") == start:
+                reply["matches"] = ours + [m for m in reply["matches"] if m not in ours]
+        reply.setdefault("metadata", {})
+        reply["status"] = "ok"
+        return reply
+
+    async def do_inspect(
+        self, code: str, cursor_pos: int, detail_level: int = 0, omit_sections: t.Any = ()
+    ) -> dict[str, t.Any]:
+        reply = await self.sandbox.ask(lambda s: s.inspect(code, cursor_pos, detail_level))
+        if not reply:
+            return {"status": "ok", "found": False, "data": {}, "metadata": {}}
+        return {
+            "status": "ok",
+            "found": bool(reply.get("found")),
+            "data": reply.get("data") or {},
+            "metadata": reply.get("metadata") or {},
+        }
+
+    async def do_is_complete(self, code: str) -> dict[str, t.Any]:
+        reply = await self.sandbox.ask(lambda s: s.is_complete(code))
+        if reply and reply.get("status") in ("complete", "incomplete", "invalid", "unknown"):
+            result = {"status": reply["status"]}
+            if reply["status"] == "incomplete":
+                result["indent"] = reply.get("indent", "")
+            return result
+        return local_is_complete(code)
+
+    async def do_history(
+        self,
+        hist_access_type: str,
+        output: bool,
+        raw: bool,
+        session: int | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+        n: int | None = None,
+        pattern: str | None = None,
+        unique: bool = False,
+    ) -> dict[str, t.Any]:
+        """This kernel's own record of its cells (the sandbox may be replaced; the history
+        of the notebook session should not be)."""
+        return {
+            "status": "ok",
+            "history": history_query(self._history, hist_access_type, output, session, start, stop, n, pattern, unique),
+        }
+
+
+def local_is_complete(code: str) -> dict[str, t.Any]:
+    """IPython's own check, for when the sandbox cannot be asked."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        status, indent = TransformerManager().check_complete(code)
+    except Exception:
+        return {"status": "unknown"}
+    result: dict[str, t.Any] = {"status": status}
+    if status == "incomplete":
+        result["indent"] = " " * (indent or 0)
+    return result
+
+
+def history_query(
+    entries: list[tuple[int, int, str, str | None]],
+    access: str,
+    output: bool,
+    session: int | None,
+    start: int | None,
+    stop: int | None,
+    n: int | None,
+    pattern: str | None,
+    unique: bool,
+) -> list[tuple[t.Any, ...]]:
+    """Jupyter history semantics (tail, range, search with a glob) over our own list."""
+    if access == "tail":
+        chosen = entries[-n:] if n else list(entries)
+    elif access == "range":
+        chosen = [
+            e
+            for e in entries
+            if (session in (None, 0) or session < 0 or e[0] == session)
+            and (start is None or e[1] >= start)
+            and (stop is None or e[1] < stop)
+        ]
+    elif access == "search":
+        chosen = [e for e in entries if fnmatchcase(e[2], pattern or "*")]
+        if unique:
+            seen: set[str] = set()
+            kept = []
+            for e in reversed(chosen):
+                if e[2] not in seen:
+                    seen.add(e[2])
+                    kept.append(e)
+            chosen = kept[::-1]
+        if n:
+            chosen = chosen[-n:]
+    else:
+        chosen = []
+    if output:
+        return [(s, line, (code, text)) for s, line, code, text in chosen]
+    return [(s, line, code) for s, line, code, _ in chosen]

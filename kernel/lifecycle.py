@@ -1,0 +1,485 @@
+"""The kernel's sandbox over its life: created at start, used by each cell, replaced when
+it is gone, deleted at shutdown.
+
+The kernel holds nothing worth keeping; the sandbox does. What this module adds is
+recovery, so that the user never faces a traceback from our code:
+
+- the sandbox is claimed in the background while the user types the first cell, and a
+  slow start (the first start of the server builds the image) shows progress in the cell;
+- a sandbox that expired, died or was deleted is replaced at the next cell, which first
+  says plainly what happened and what was lost (variables, pushed files);
+- a server that is briefly away (restarting) is retried for a short while, and started
+  again if it is the kernel's own; after that the cell fails with a short message.
+
+Threads: cells run on the main thread's event loop; interrupt and shutdown arrive on
+ipykernel's control thread, with its own loop. An httpx client belongs to one loop, so
+the control-thread methods attach short-lived clients of their own and read only plain
+attributes (`sandbox_id`, `server_config`) of this object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pathlib
+import time
+import typing as t
+import uuid
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httpx
+
+from sandbox.client import (
+    DEFAULT_URL,
+    AsyncSandbox,
+    InvalidRequest,
+    SandboxError,
+    SandboxGone,
+    SandboxNotFound,
+    ServerConfig,
+    ServerUnavailable,
+    Unauthorized,
+    resolve,
+)
+
+from .config import SandboxSettings
+from .magics import run_magic, split_cell
+from .host import HostNamespace, host_cells_enabled, is_host_cell
+from .outputs import CellMapper, died_reason, error_reply, gone_notice, ok_reply
+from .server import ServerStartError, ensure_server
+
+# Show startup progress in the cell only if the wait is long enough to wonder about.
+PROGRESS_AFTER = 3.0
+CONTROL_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+
+
+class _OutWriter:
+    """A file-like object that turns writes into the cell's stream output."""
+
+    def __init__(self, out: t.Any, name: str) -> None:
+        self.out, self.name = out, name
+
+    def write(self, text: str) -> int:
+        if text:
+            self.out.stream(self.name, text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+class KernelFailure(Exception):
+    """The cell cannot run for a reason outside the user's code; shown as `ename: evalue`."""
+
+    def __init__(self, ename: str, evalue: str) -> None:
+        super().__init__(evalue)
+        self.ename = ename
+        self.evalue = evalue
+
+
+class Output(t.Protocol):
+    """Where one cell's output goes (the kernel publishes it on IOPub)."""
+
+    silent: bool
+    text_result: str | None
+
+    def send(self, msg_type: str, content: dict[str, t.Any]) -> None: ...
+
+    def stream(self, name: str, text: str) -> None: ...
+
+    def display(self, data: dict[str, t.Any], *, display_id: str, update: bool = False) -> None: ...
+
+
+@dataclass
+class Cell:
+    """The running cell, as the control thread needs to see it to interrupt it."""
+
+    task: asyncio.Task
+    loop: asyncio.AbstractEventLoop
+    remote: bool = False
+
+
+@dataclass
+class _Gone:
+    sandbox_id: str
+    why: str
+    pushed: list[str] = field(default_factory=list)
+
+
+class _Host:
+    """What the magics see during one cell."""
+
+    def __init__(self, life: SandboxLifecycle, out: Output, sandbox: AsyncSandbox) -> None:
+        self.cwd = life.cwd
+        self.pushed = life.pushed
+        self.server_url = life.server_config.url if life.server_config else life.server_url
+        self._out = out
+        self._sandbox = sandbox
+
+    async def sandbox(self) -> AsyncSandbox:
+        return self._sandbox
+
+    def stdout(self, text: str) -> None:
+        self._out.stream("stdout", text)
+
+    def display(self, data: dict[str, t.Any], *, display_id: str, update: bool = False) -> None:
+        self._out.display(data, display_id=display_id, update=update)
+
+
+class SandboxLifecycle:
+    def __init__(self, settings: SandboxSettings, log: t.Any, cwd: pathlib.Path | None = None) -> None:
+        self.settings = settings
+        self.log = log
+        self.cwd = cwd or pathlib.Path.cwd()
+        self.server_url = (settings.url or DEFAULT_URL).rstrip("/")
+        self.server_config: ServerConfig | None = None
+        self.sandbox_id: str | None = None
+        self.pushed: list[str] = []
+        self.host_cells = HostNamespace()
+        self.last_count = 0
+        self.cell: Cell | None = None
+        self.shutting_down = False
+        self._sandbox: AsyncSandbox | None = None
+        self._creating: asyncio.Task | None = None
+        self._creations_in_flight = 0
+        self._status = ""
+        self._gone: _Gone | None = None
+        self._pending_notice: str | None = None
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the kernel looks after the local server itself: by default only when
+        no URL is configured; `start_server=True` also for a configured loopback URL."""
+        start = self.settings.start_server
+        if start is None:
+            return not self.settings.url
+        host = urlsplit(self.server_url).hostname or ""
+        return bool(start) and (host in ("localhost", "::1") or host.startswith("127."))
+
+    # ------------------------------------------------------------------ creating
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Claim the sandbox in the background; the first cell awaits it."""
+        self._creating = loop.create_task(self._create())
+        self._creating.add_done_callback(self._log_creation_failure)
+
+    def _log_creation_failure(self, task: asyncio.Task) -> None:
+        # Retrieved here so that asyncio does not print "exception never retrieved"
+        # into whichever cell runs next; the first cell reports it properly.
+        if not task.cancelled() and task.exception() is not None:
+            self.log.warning("creating the sandbox at start failed: %s", task.exception())
+
+    def _set_status(self, text: str) -> None:
+        self._status = text
+
+    async def _start_server_if_ours(self) -> None:
+        if not self.embedded:
+            return
+        s = self.settings
+        started = await asyncio.to_thread(
+            ensure_server,
+            self.server_url,
+            s.state_dir or "",
+            timeout=s.server_start_timeout,
+            on_status=self._set_status,
+            need_token=not s.token,
+        )
+        if started:
+            self.log.info("started the sandbox server at %s", self.server_url)
+
+    async def _create(self) -> AsyncSandbox:
+        self._creations_in_flight += 1
+        try:
+            await self._start_server_if_ours()
+            config = resolve(self.server_url, self.settings.token, self.settings.state_dir)
+            self.server_config = config
+            self._set_status("creating the sandbox")
+            sbx = await AsyncSandbox.create(
+                **self.settings.create_arguments(),
+                metadata={"client": "sandbox-kernel", "kernel_pid": os.getpid()},
+                config=config,
+            )
+            # Known to shutdown at once, even before a cell adopts it.
+            self.sandbox_id = sbx.id
+        finally:
+            self._creations_in_flight -= 1
+        if self.shutting_down:
+            # The shutdown went ahead without this sandbox: do not leave it behind.
+            await sbx.delete()
+            await sbx.close()
+            raise KernelFailure("KernelShutdown", "the kernel is shutting down")
+        self.log.info("sandbox %s (%s)", sbx.id, "warm pool" if sbx.info.from_pool else "cold start")
+        return sbx
+
+    def _adopt(self, sbx: AsyncSandbox) -> None:
+        self._sandbox = sbx
+        self.sandbox_id = sbx.id
+        self.last_count = sbx.info.execution_count
+        gone, self._gone = self._gone, None
+        if gone is not None:
+            self._pending_notice = gone_notice(gone.sandbox_id, gone.why, gone.pushed, sbx.id)
+
+    async def _await_creation(self, task: asyncio.Task, out: Output) -> AsyncSandbox:
+        """Wait for a sandbox being created, showing in the cell what takes long (the
+        first start of the server builds the image: minutes)."""
+        began = time.monotonic()
+        display_id = f"sandbox-startup-{uuid.uuid4().hex}"
+        shown = False
+        while not task.done():
+            await asyncio.wait({task}, timeout=1.0)
+            elapsed = time.monotonic() - began
+            if not task.done() and elapsed >= PROGRESS_AFTER:
+                text = f"{self._status or 'creating the sandbox'} … {elapsed:.0f} s"
+                out.display({"text/plain": text}, display_id=display_id, update=shown)
+                shown = True
+        if shown:
+            # Progress is not output: leave no trace in the saved notebook (nbval would
+            # see an extra output). Nothing else has been shown in the cell yet but a
+            # "retrying" notice that the wait has made obsolete.
+            out.send("clear_output", {"wait": False})
+        return task.result()
+
+    async def ensure(self, out: Output) -> AsyncSandbox:
+        """The sandbox for this cell: the current one, the one being created (at start, or
+        for a cell that was interrupted while waiting), or a new one.
+
+        A creation is a task of its own, not part of the cell: interrupting a cell that
+        waits for the server leaves the creation going, for the next cell to pick up.
+        """
+        if self._sandbox is None or self._gone is not None:
+            if self._creating is None:
+                self._creating = asyncio.get_running_loop().create_task(self._create())
+            task = self._creating
+            try:
+                sbx = await self._await_creation(task, out)
+            except ServerStartError as exc:
+                raise KernelFailure("ServerUnavailable", str(exc)) from None
+            except Unauthorized as exc:
+                raise KernelFailure(
+                    "Unauthorized", f"the sandbox server refused the kernel's token: {exc.message}"
+                ) from None
+            except InvalidRequest as exc:
+                raise KernelFailure(
+                    "InvalidRequest", f"the sandbox server refused to create a sandbox: {exc.message}"
+                ) from None
+            finally:
+                if task.done() and self._creating is task:
+                    self._creating = None
+            self._adopt(sbx)
+        if self._pending_notice and not out.silent:
+            # Told in the first cell that shows output, once.
+            out.stream("stderr", self._pending_notice)
+            self._pending_notice = None
+        return t.cast(AsyncSandbox, self._sandbox)
+
+    async def current(self) -> AsyncSandbox | None:
+        """The sandbox if there is one to ask, without starting a creation: completion
+        should never be what starts a sandbox. A creation under way is awaited."""
+        if self._creating is not None:
+            task = self._creating
+            try:
+                sbx = await asyncio.wait_for(asyncio.shield(task), timeout=30.0)
+            except (asyncio.TimeoutError, SandboxError, KernelFailure, ServerStartError, OSError):
+                return None
+            finally:
+                if task.done() and self._creating is task:
+                    self._creating = None
+            if self._sandbox is not sbx:
+                self._adopt(sbx)
+        if self._gone is not None:
+            return None
+        return self._sandbox
+
+    async def ask(self, call: t.Callable[[AsyncSandbox], t.Awaitable[dict[str, t.Any]]]) -> dict[str, t.Any] | None:
+        """A quick question to the sandbox (completion, inspection); None if it cannot answer."""
+        sbx = await self.current()
+        if sbx is None:
+            return None
+        try:
+            return await call(sbx)
+        except (SandboxGone, SandboxNotFound) as exc:
+            self.mark_gone(exc.message)
+        except SandboxError as exc:
+            self.log.warning("sandbox request failed: %s", exc)
+        return None
+
+    def mark_gone(self, why: str) -> None:
+        """Forget the sandbox; the next cell gets a new one and hears why."""
+        old = self._sandbox
+        if old is None:
+            return
+        self._gone = _Gone(old.id, why, list(self.pushed))
+        self.pushed = []
+        self._sandbox = None
+        self.sandbox_id = None
+        asyncio.get_running_loop().create_task(self._discard(old))
+
+    async def _discard(self, sbx: AsyncSandbox) -> None:
+        # A dead sandbox may hold resources on the server until deleted; deleting one
+        # that already expired or was deleted is a no-op.
+        try:
+            await sbx.delete()
+        except SandboxError as exc:
+            self.log.debug("could not delete gone sandbox %s: %s", sbx.id, exc)
+        finally:
+            await sbx.close()
+
+    # ------------------------------------------------------------------ cells
+
+    async def run_cell(self, code: str, silent: bool, store_history: bool, out: Output) -> dict[str, t.Any]:
+        """Run the kernel's magics, then the code in the sandbox; the execute reply."""
+        if is_host_cell(code):
+            return await self._run_host_cell(code, out)
+        calls, rest = split_cell(code)
+        replaced = False
+        deadline: float | None = None
+        while True:
+            try:
+                sbx = await self.ensure(out)
+                host = _Host(self, out, sbx)
+                for call in calls:
+                    await run_magic(call, host)
+                if not rest:
+                    return ok_reply(self.last_count + 1)
+                return await self._execute(sbx, rest, silent, store_history, out)
+            except (SandboxGone, SandboxNotFound) as exc:
+                # Nothing of the cell ran in a gone sandbox: run it whole in a new one.
+                if replaced:
+                    raise KernelFailure("SandboxGone", exc.message) from None
+                replaced = True
+                self.mark_gone(exc.message)
+            except ServerUnavailable as exc:
+                if exc.sent and exc.status != 503:
+                    # The request may have reached the server: sending it again could
+                    # run the cell twice.
+                    raise KernelFailure("ServerUnavailable", exc.message) from None
+                if deadline is None:
+                    deadline = time.monotonic() + self.settings.reconnect_timeout
+                    out.stream("stderr", "sandbox server unreachable, retrying…\n")
+                await self._wait_for_server(exc, deadline)
+            except SandboxError as exc:
+                raise KernelFailure(type(exc).__name__, exc.message) from None
+
+    async def _run_host_cell(self, code: str, out: Output) -> dict[str, t.Any]:
+        """A ``%%host`` cell: run here, in the kernel's process (see kernel/host.py)."""
+        if not host_cells_enabled():
+            raise KernelFailure("HostCellsDisabled", "%%host cells are switched off for this kernel "
+                                "(SANDBOX_KERNEL_HOST_CELLS=0); every cell runs in the sandbox")
+        count = self.last_count + 1
+        with contextlib.redirect_stdout(_OutWriter(out, "stdout")), contextlib.redirect_stderr(_OutWriter(out, "stderr")):
+            value, error = await self.host_cells.run(code)
+        if error is not None:
+            out.send("error", error)
+            return error_reply(count, error)
+        if value is not None:
+            out.send("execute_result", {"execution_count": count, "data": {"text/plain": repr(value)}, "metadata": {}})
+        return ok_reply(count)
+
+    async def _wait_for_server(self, exc: ServerUnavailable, deadline: float) -> None:
+        if time.monotonic() >= deadline:
+            raise KernelFailure("ServerUnavailable", exc.message)
+        if self.embedded:
+            # Our own server went away: start it again (the sandboxes outlive it).
+            try:
+                await self._start_server_if_ours()
+            except ServerStartError as err:
+                raise KernelFailure("ServerUnavailable", str(err)) from None
+        else:
+            await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    async def _execute(
+        self, sbx: AsyncSandbox, code: str, silent: bool, store_history: bool, out: Output
+    ) -> dict[str, t.Any]:
+        mapper = CellMapper(execution_count=self.last_count + 1)
+
+        def on_event(event: dict[str, t.Any]) -> None:
+            for msg_type, content in mapper.feed(event):
+                out.send(msg_type, content)
+
+        cell = self.cell
+        if cell is not None:
+            cell.remote = True
+        try:
+            execution = await sbx.run_code(
+                code,
+                timeout_seconds=self.settings.execute_timeout,
+                silent=silent,
+                store_history=store_history,
+                on_event=on_event,
+            )
+        finally:
+            if cell is not None:
+                cell.remote = False
+        owed, reply = mapper.finish()
+        for msg_type, content in owed:
+            out.send(msg_type, content)
+        if execution.execution_count is not None:
+            self.last_count = execution.execution_count
+        if mapper.sandbox_gone:
+            self.mark_gone(died_reason(mapper.done or {}))
+        out.text_result = mapper.text_result
+        return reply
+
+    # ------------------------------------------------------------------ control thread
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell: in the sandbox if the code runs there, else the
+        kernel's own part of it (waiting for the server, uploading a file)."""
+        cell = self.cell
+        if cell is None:
+            return
+        sid, config = self.sandbox_id, self.server_config
+        if cell.remote and sid and config is not None:
+            sbx = AsyncSandbox(sid, config=config, timeout=CONTROL_TIMEOUT)
+            try:
+                deadline = time.monotonic() + 3.0
+                # The execute request may not have reached the sandbox's runtime yet
+                # ("nothing running"): try again briefly rather than lose the interrupt.
+                while cell is self.cell and cell.remote:
+                    try:
+                        if await sbx.interrupt():
+                            return
+                    except SandboxError as exc:
+                        self.log.warning("interrupt via the server failed: %s", exc)
+                        break
+                    if time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    return
+            finally:
+                await sbx.close()
+        # Cancelling the cell also closes its execute stream, which makes the server
+        # interrupt the cell: the fallback when the interrupt call did not get through.
+        cell.loop.call_soon_threadsafe(cell.task.cancel)
+
+    async def shutdown(self) -> None:
+        """Delete the sandbox, including one still being created."""
+        self.shutting_down = True
+        deadline = time.monotonic() + 10.0
+        while self._creations_in_flight and self.sandbox_id is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        sid, config = self.sandbox_id, self.server_config
+        if not sid or config is None:
+            return
+        sbx = AsyncSandbox(sid, config=config, timeout=CONTROL_TIMEOUT)
+        try:
+            await sbx.delete()
+        except SandboxError as exc:
+            self.log.warning("could not delete sandbox %s: %s", sid, exc)
+        finally:
+            await sbx.close()
+        self.sandbox_id = None
+
+    def delete_now(self) -> None:
+        """Blocking delete for a signal handler, where no event loop can be relied on."""
+        sid, config = self.sandbox_id, self.server_config
+        if not sid or config is None:
+            return
+        try:
+            httpx.delete(f"{config.url}/v1/sandboxes/{sid}", headers=config.headers, timeout=3.0)
+        except httpx.HTTPError:
+            pass
+        self.sandbox_id = None

@@ -1,0 +1,485 @@
+"""The airlock magics, run by the kernel and never sent to the sandbox.
+
+The sandbox has no network and cannot see the notebook's files; `%push` and `%pull` are
+the only doors, and they are opened from outside. `%sandbox` and `%ttl` show what the
+user cannot see from inside: where their code runs, under which limits, and for how long.
+
+    %push LOCAL [DEST]     upload local files (globs, directories) into /workspace
+    %pull REMOTE [LOCAL]   download files (globs) from /workspace
+    %sandbox               the sandbox's id, state, TTL, limits and isolation
+    %ttl                   time left; `%ttl renew [SECONDS]` pushes expiry back
+
+Magic lines come first in a cell, any number of them, followed by code. Any other `%` or
+`%%` magic is IPython's and runs in the sandbox.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import pathlib
+import posixpath
+import re
+import shlex
+import time
+import typing as t
+import uuid
+from dataclasses import dataclass
+
+from sandbox.client import AsyncSandbox, InvalidRequest, SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable
+
+from .outputs import format_bytes, format_duration
+
+MAGICS = ("push", "pull", "sandbox", "ttl")
+_MAGIC_LINE = re.compile(r"^%(push|pull|sandbox|ttl)(?:\s+(.*))?$")
+# Transfers at least this big get a progress bar; smaller ones are over before it would draw.
+PROGRESS_MIN_BYTES = 4 * 1024 * 1024
+PROGRESS_INTERVAL = 0.2
+
+HELP = {
+    "push": "%push LOCAL [DEST]: upload local files (globs like data/*.csv, directories) into /workspace",
+    "pull": "%pull REMOTE [LOCAL]: download files (globs like out/*.png) from /workspace",
+    "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits and isolation",
+    "ttl": "%ttl: show the time left; %ttl renew [SECONDS]: push expiry back",
+}
+
+
+class MagicError(Exception):
+    """A magic failed in a way the user can fix; shown as `ename: evalue`, no traceback."""
+
+    def __init__(self, ename: str, evalue: str) -> None:
+        super().__init__(evalue)
+        self.ename = ename
+        self.evalue = evalue
+
+
+@dataclass(frozen=True)
+class MagicCall:
+    name: str
+    args: list[str]
+    line: str
+
+
+class MagicHost(t.Protocol):
+    """What a magic needs from the kernel."""
+
+    cwd: pathlib.Path
+    pushed: list[str]
+    server_url: str
+
+    async def sandbox(self) -> AsyncSandbox: ...
+
+    def stdout(self, text: str) -> None: ...
+
+    def display(self, data: dict[str, t.Any], *, display_id: str, update: bool = False) -> None: ...
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def split_cell(code: str) -> tuple[list[MagicCall], str]:
+    """Take the kernel's magic lines off the top of a cell.
+
+    Returns the magics and the code to send to the sandbox ("" if there is none). Magic
+    lines are commented out rather than removed, so that line numbers in the sandbox's
+    tracebacks still match the cell. Blank and comment lines may sit among the magics.
+    """
+    lines = code.split("\n")
+    calls: list[MagicCall] = []
+    consumed = 0
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        match = _MAGIC_LINE.match(line.rstrip())
+        if not match:
+            break
+        name, rest = match.group(1), match.group(2) or ""
+        try:
+            args = shlex.split(rest)
+        except ValueError as exc:
+            raise MagicError("UsageError", f"%{name}: {exc}") from None
+        calls.append(MagicCall(name, args, line))
+        consumed = index + 1
+    if not calls:
+        return [], code
+    code_lines = lines[consumed:]
+    if not "\n".join(code_lines).strip():
+        return calls, ""
+    # Comments, not blank lines: IPython drops leading blank lines, which would shift
+    # every line number in a traceback.
+    placeholders = [f"# {line}" if line.strip() else "#" for line in lines[:consumed]]
+    return calls, "\n".join(placeholders + code_lines)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class TransferProgress:
+    """A tqdm-style bar in a display that updates in place; called from any thread.
+
+    Small transfers draw nothing: the summary line printed afterwards says it all.
+    """
+
+    def __init__(self, host: MagicHost, label: str, min_bytes: int = PROGRESS_MIN_BYTES) -> None:
+        self.host = host
+        self.label = label
+        self.min_bytes = min_bytes
+        self.display_id = f"sandbox-transfer-{uuid.uuid4().hex}"
+        self.started = time.monotonic()
+        self.shown = False
+        self.last = 0.0
+
+    def render(self, done: int, total: int | None) -> str:
+        from tqdm import tqdm
+
+        return tqdm.format_meter(
+            done,
+            total,
+            time.monotonic() - self.started,
+            prefix=self.label,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            ncols=100,
+        )
+
+    def __call__(self, done: int, total: int | None) -> None:
+        big = (total or done) >= self.min_bytes
+        if not big:
+            return
+        now = time.monotonic()
+        finished = total is not None and done >= total
+        if self.shown and not finished and now - self.last < PROGRESS_INTERVAL:
+            return
+        self.host.display({"text/plain": self.render(done, total)}, display_id=self.display_id, update=self.shown)
+        self.shown = True
+        self.last = now
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def _has_glob(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")
+
+
+def _clean_remote(path: str) -> str:
+    """A workspace-relative spelling of a remote path (the server judges its validity)."""
+    path = path.strip()
+    if path in ("/workspace", "/workspace/"):
+        return ""
+    if path.startswith("/workspace/"):
+        path = path[len("/workspace/") :]
+    return path
+
+
+def _remote_join(*parts: str) -> str:
+    joined = posixpath.join(*[p for p in parts if p])
+    return posixpath.normpath(joined) if joined else joined
+
+
+def push_plan(pattern: str, dest: str | None, cwd: pathlib.Path) -> list[tuple[pathlib.Path, str]]:
+    """(local file, workspace path) pairs for `%push pattern [dest]`.
+
+    Without a destination a relative path keeps its shape (`data/a.csv` lands at
+    `/workspace/data/a.csv`, so the same code reads it in both places); a path outside the
+    working directory lands by its name. With one, a single file goes to `dest` unless
+    `dest` ends with `/`; several files, or a directory, go under `dest`.
+    """
+    expanded = os.path.expanduser(pattern)
+    absolute = os.path.isabs(expanded)
+    if _has_glob(expanded):
+        if absolute:
+            matches = sorted(glob.glob(expanded, recursive=True))
+        else:
+            matches = sorted(glob.glob(expanded, root_dir=cwd, recursive=True))
+    else:
+        matches = [expanded] if (cwd / expanded).exists() or os.path.lexists(cwd / expanded) else []
+    if not matches:
+        raise MagicError("FileNotFoundError", f"%push: nothing matches {pattern!r} (relative to {cwd})")
+
+    dest_clean = _clean_remote(dest) if dest is not None else None
+    single_file = len(matches) == 1 and (cwd / matches[0]).is_file()
+    plan: list[tuple[pathlib.Path, str]] = []
+    for match in matches:
+        local = pathlib.Path(match) if absolute else cwd / match
+        rel = pathlib.PurePath(match)
+        keeps_shape = not absolute and ".." not in rel.parts
+        if dest_clean is None:
+            base = rel.as_posix() if keeps_shape else local.name
+        elif single_file and not dest.endswith("/"):  # type: ignore[union-attr]
+            base = dest_clean
+        else:
+            base = _remote_join(dest_clean, local.name)
+        if local.is_dir():
+            for root, dirs, files in os.walk(local):
+                dirs.sort()
+                for name in sorted(files):
+                    path = pathlib.Path(root) / name
+                    if path.is_file():
+                        inner = path.relative_to(local).as_posix()
+                        plan.append((path, _remote_join(base, inner)))
+        elif local.is_file():
+            plan.append((local, _remote_join(base)))
+    if not plan:
+        raise MagicError("FileNotFoundError", f"%push: {pattern!r} matches no regular file")
+    return plan
+
+
+def _segments_match(pattern: str, path: str) -> bool:
+    """Glob match segment by segment: `*` stays within a directory, `**` spans any number."""
+    pat = [p for p in pattern.split("/") if p]
+    parts = [p for p in path.split("/") if p]
+
+    def walk(i: int, j: int) -> bool:
+        if i == len(pat):
+            return j == len(parts)
+        if pat[i] == "**":
+            return any(walk(i + 1, k) for k in range(j, len(parts) + 1))
+        return j < len(parts) and fnmatch.fnmatchcase(parts[j], pat[i]) and walk(i + 1, j + 1)
+
+    return walk(0, 0)
+
+
+def local_target(remote: str, local: str | None, cwd: pathlib.Path, many: bool) -> pathlib.Path:
+    """Where a pulled file lands. File names come from the sandbox, which is untrusted:
+    a name that would leave the chosen directory is refused."""
+    pure = pathlib.PurePosixPath(remote)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        raise MagicError("ValueError", f"%pull: refusing the sandbox's path {remote!r}")
+    if local is None:
+        return cwd / pathlib.Path(*pure.parts)
+    base = pathlib.Path(os.path.expanduser(local))
+    if not base.is_absolute():
+        base = cwd / base
+    if many or local.endswith("/") or base.is_dir():
+        return base / pure.name
+    return base
+
+
+# --------------------------------------------------------------------------- running
+
+
+async def run_magic(call: MagicCall, host: MagicHost) -> None:
+    """Run one magic; MagicError for what the user can fix, SandboxGone and
+    ServerUnavailable left to the kernel, which knows how to recover from them."""
+    handler = {"push": _push, "pull": _pull, "sandbox": _sandbox, "ttl": _ttl}[call.name]
+    try:
+        await handler(call.args, host)
+    except (SandboxGone, SandboxNotFound, ServerUnavailable, MagicError):
+        raise
+    except InvalidRequest as exc:
+        raise MagicError("InvalidRequest", f"%{call.name}: {exc.message}") from None
+    except SandboxError as exc:
+        raise MagicError(type(exc).__name__, f"%{call.name}: {exc.message}") from None
+    except OSError as exc:
+        raise MagicError(
+            type(exc).__name__, f"%{call.name}: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
+        ) from None
+
+
+async def _push(args: list[str], host: MagicHost) -> None:
+    if not 1 <= len(args) <= 2:
+        raise MagicError("UsageError", HELP["push"])
+    plan = push_plan(args[0], args[1] if len(args) == 2 else None, host.cwd)
+    sbx = await host.sandbox()
+    total = 0
+    for local, remote in plan:
+        progress = TransferProgress(host, remote)
+        result = await sbx.files.write(remote, local, progress=progress)
+        size = (result or {}).get("size", local.stat().st_size) if isinstance(result, dict) else local.stat().st_size
+        stored = (result or {}).get("path", remote) if isinstance(result, dict) else remote
+        total += size or 0
+        if stored not in host.pushed:
+            host.pushed.append(stored)
+        host.stdout(f"pushed {_display_local(local, host.cwd)} → /workspace/{stored} ({format_bytes(size)})\n")
+    if len(plan) > 1:
+        host.stdout(f"{len(plan)} files, {format_bytes(total)}\n")
+
+
+async def _pull(args: list[str], host: MagicHost) -> None:
+    if not 1 <= len(args) <= 2:
+        raise MagicError("UsageError", HELP["pull"])
+    remote = _clean_remote(args[0])
+    local = args[1] if len(args) == 2 else None
+    sbx = await host.sandbox()
+    if _has_glob(remote):
+        names = [f.path for f in await sbx.files.list() if f.type == "file" and _segments_match(remote, f.path)]
+        if not names:
+            raise MagicError("FileNotFoundError", f"%pull: nothing in /workspace matches {args[0]!r}")
+        many = True
+    else:
+        names = [remote]
+        many = False
+    total = 0
+    for name in sorted(names):
+        target = local_target(name, local, host.cwd, many)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            size = await sbx.files.download(name, target, progress=TransferProgress(host, name))
+        except SandboxNotFound as exc:
+            # 404 is also the answer for an unknown sandbox: if that is what it meant,
+            # refresh raises it again and the kernel replaces the sandbox.
+            await sbx.refresh()
+            raise MagicError("FileNotFoundError", f"%pull: /workspace/{name}: {exc.message}") from None
+        total += size
+        host.stdout(f"pulled /workspace/{name} → {_display_local(target, host.cwd)} ({format_bytes(size)})\n")
+    if len(names) > 1:
+        host.stdout(f"{len(names)} files, {format_bytes(total)}\n")
+
+
+def _display_local(path: pathlib.Path, cwd: pathlib.Path) -> str:
+    try:
+        return path.relative_to(cwd).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _when(value: t.Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else "?"
+
+
+def ttl_line(info: t.Any) -> str:
+    left = info.ttl_left()
+    parts = [f"{format_duration(left)} left" if left is not None else "unknown"]
+    if info.ttl_seconds:
+        parts.append(f"renewed to {format_duration(info.ttl_seconds)} by each cell")
+    parts.append(f"expires {_when(info.expires_at)}")
+    if info.max_expires_at is not None:
+        parts.append(f"hard cap {_when(info.max_expires_at)}")
+    return ", ".join(parts)
+
+
+def describe_isolation(iso: dict[str, t.Any]) -> list[str]:
+    """The isolation the server reports, a few facts a line: what confines the code,
+    what enforces each limit, what the code can reach."""
+    lines = []
+    backend = iso.get("backend")
+    first = []
+    if backend:
+        version = iso.get(f"{backend}_version")
+        first.append(f"{backend} {version}" if version else str(backend))
+    if "seccomp" in iso:
+        first.append("seccomp on" if iso["seccomp"] else "seccomp OFF")
+    if iso.get("user_namespace"):
+        first.append("own user namespace")
+    if "host_uid" in iso:
+        first.append(f"host uid {iso['host_uid']}")
+    if first:
+        lines.append(", ".join(first))
+    enforced = [f"{k} by {iso[k]}" for k in ("memory", "pids", "cpu") if iso.get(k)]
+    if enforced:
+        lines.append("limits enforced: " + ", ".join(enforced))
+    reach = [f"{k}: {iso[k]}" for k in ("network", "disk") if iso.get(k)]
+    if reach:
+        lines.append("; ".join(reach))
+    shown = {"backend", f"{backend}_version", "seccomp", "user_namespace", "host_uid", "memory", "pids", "cpu"}
+    shown |= {"network", "disk", "cgroup", "cgroup_detail"}
+    lines.extend(f"{k}: {v}" for k, v in iso.items() if k not in shown)
+    return lines
+
+
+def describe(info: t.Any, server_url: str, pushed: t.Sequence[str]) -> str:
+    """The `%sandbox` report: one fact a line, for people."""
+    lim = info.limits
+    limits = []
+    if lim.memory_mb is not None:
+        limits.append(f"memory {lim.memory_mb} MB")
+    if lim.cpus is not None:
+        limits.append(f"{lim.cpus:g} CPU")
+    if lim.pids is not None:
+        limits.append(f"{lim.pids} processes")
+    if lim.disk_mb is not None:
+        limits.append(f"disk {lim.disk_mb} MB")
+    if lim.output_bytes is not None:
+        limits.append(f"output {format_bytes(lim.output_bytes)} per cell")
+    if lim.file_bytes is not None:
+        limits.append(f"files up to {format_bytes(lim.file_bytes)}")
+    iso_lines = describe_isolation(info.isolation or {})
+    state = info.state + (f" ({info.dead_reason})" if info.dead_reason else "")
+    rows = [
+        ("sandbox", f"{info.id}"),
+        ("state", state + (", running a cell" if info.executing else "")),
+        ("image", f"{info.image or '?'}" + (" (from the warm pool)" if info.from_pool else "")),
+        ("created", _when(info.created_at)),
+        ("TTL", ttl_line(info)),
+        ("limits", ", ".join(limits) or "server defaults"),
+        ("isolation", iso_lines[0] if iso_lines else "not reported"),
+        *[("", line) for line in iso_lines[1:]],
+        ("cells run", str(info.execution_count)),
+        ("pushed", ", ".join(pushed) if pushed else "nothing yet"),
+        ("server", server_url),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
+
+
+async def _sandbox(args: list[str], host: MagicHost) -> None:
+    if args:
+        raise MagicError("UsageError", HELP["sandbox"])
+    sbx = await host.sandbox()
+    info = await sbx.refresh()
+    host.stdout(describe(info, host.server_url, host.pushed))
+
+
+async def _ttl(args: list[str], host: MagicHost) -> None:
+    sbx = await host.sandbox()
+    if not args:
+        info = await sbx.refresh()
+        host.stdout(f"TTL: {ttl_line(info)}\n")
+        return
+    if args[0] != "renew" or len(args) > 2:
+        raise MagicError("UsageError", HELP["ttl"])
+    seconds: int | None = None
+    if len(args) == 2:
+        try:
+            seconds = int(args[1])
+        except ValueError:
+            raise MagicError("UsageError", f"%ttl renew: {args[1]!r} is not a number of seconds") from None
+    info = await sbx.renew(seconds)
+    host.stdout(f"renewed. TTL: {ttl_line(info)}\n")
+
+
+# --------------------------------------------------------------------------- completion
+
+
+def magic_name_matches(code: str, cursor_pos: int) -> list[str]:
+    """Our magic names that complete the `%word` at the cursor, to add to the sandbox's
+    own magic completions (IPython there knows `%pushd`, not `%push`)."""
+    line_start = code.rfind("\n", 0, cursor_pos) + 1
+    line = code[line_start:cursor_pos]
+    if not re.fullmatch(r"%\w*", line):
+        return []
+    return [f"%{m}" for m in MAGICS if f"%{m}".startswith(line)]
+
+
+def push_path_completions(code: str, cursor_pos: int, cwd: pathlib.Path) -> dict[str, t.Any] | None:
+    """Local paths for the first argument of `%push`, which the sandbox cannot see.
+
+    None when the cursor is elsewhere, so that the sandbox answers.
+    """
+    line_start = code.rfind("\n", 0, cursor_pos) + 1
+    line = code[line_start:cursor_pos]
+    if not re.match(r"%push\s", line):
+        return None
+    tokens = line[len("%push") :].split()
+    ends_with_space = line[-1].isspace()
+    if len(tokens) > 1 or (tokens and ends_with_space):
+        return None  # past the local path: the destination is the sandbox's business
+    word = tokens[0] if tokens else ""
+    expanded = os.path.expanduser(word)
+    base = cwd if not os.path.isabs(expanded) else pathlib.Path("/")
+    matches = []
+    for candidate in sorted(glob.glob(glob.escape(expanded) + "*", root_dir=base)):
+        full = base / candidate
+        text = candidate if not word.startswith("~") else word + candidate[len(expanded) :]
+        matches.append(text + ("/" if full.is_dir() else ""))
+    return {
+        "matches": matches,
+        "cursor_start": cursor_pos - len(word),
+        "cursor_end": cursor_pos,
+        "metadata": {},
+        "status": "ok",
+    }

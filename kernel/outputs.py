@@ -1,0 +1,196 @@
+"""Sandbox execute events → Jupyter messages, and the kernel's own notices.
+
+Pure functions and one small state machine (`CellMapper`), no I/O, so that every rule
+here is testable without a server or a kernel. The rules that matter to notebook tools:
+
+- every MIME type passes through untouched, with `metadata` always present (nbformat
+  and jupyter_kernel_test require it);
+- a failing cell yields exactly one `error` message, and its reply says `status: error`
+  even when the server sent no error event (a killed sandbox, an aborted cell), because
+  nbclient and papermill stop on the reply, not on stderr text;
+- the execution count is the sandbox's.
+"""
+
+from __future__ import annotations
+
+import typing as t
+from dataclasses import dataclass, field
+
+Message = t.Tuple[str, t.Dict[str, t.Any]]
+
+# Why a cell did not end by itself, in words, for cells that failed without an error event.
+REASONS: dict[str, tuple[str, str]] = {
+    "interrupted": ("KeyboardInterrupt", "the cell was interrupted"),
+    "timeout_interrupted": ("TimeoutError", "the cell hit its time limit and was interrupted; variables are kept"),
+    "timeout_killed": (
+        "SandboxDied",
+        "the cell hit its time limit and ignored the interrupt, so the sandbox was killed; its variables are lost",
+    ),
+    "oom": ("SandboxDied", "the sandbox ran out of memory and was killed; its variables are lost"),
+    "pids": ("SandboxDied", "the sandbox hit its process limit and was killed; its variables are lost"),
+    "crashed": ("SandboxDied", "the sandbox's Python process crashed; its variables are lost"),
+    "server_shutdown": ("SandboxAborted", "the sandbox server shut down during the cell"),
+}
+
+GONE_STATES = frozenset({"dead", "expired", "deleted", "lost"})
+
+
+def event_to_message(event: dict[str, t.Any], execution_count: int | None = None) -> Message | None:
+    """The Jupyter IOPub message for one sandbox event, or None for events with no
+    Jupyter counterpart (`done`, and types newer than this kernel)."""
+    kind = event.get("type")
+    if kind == "stream":
+        name = event.get("name") if event.get("name") in ("stdout", "stderr") else "stdout"
+        return "stream", {"name": name, "text": str(event.get("text", ""))}
+    if kind in ("display_data", "update_display_data"):
+        content: dict[str, t.Any] = {
+            "data": dict(event.get("data") or {}),
+            "metadata": dict(event.get("metadata") or {}),
+            "transient": dict(event.get("transient") or {}),
+        }
+        if kind == "update_display_data" and not content["transient"].get("display_id"):
+            # An update with nothing to update is shown rather than dropped.
+            kind = "display_data"
+        return kind, content
+    if kind == "execute_result":
+        count = event.get("execution_count", execution_count)
+        return "execute_result", {
+            "execution_count": count,
+            "data": dict(event.get("data") or {}),
+            "metadata": dict(event.get("metadata") or {}),
+        }
+    if kind == "clear_output":
+        return "clear_output", {"wait": bool(event.get("wait", False))}
+    if kind == "error":
+        return "error", error_content(event.get("ename", "Error"), event.get("evalue", ""), event.get("traceback"))
+    return None
+
+
+def error_content(ename: str, evalue: str, traceback: t.Iterable[str] | None = None) -> dict[str, t.Any]:
+    """An `error` message's content; with no traceback, a one-line one, so that frontends
+    that show only the traceback still show the message (and never a trace of our code)."""
+    tb = [str(line) for line in traceback] if traceback else [f"\x1b[0;31m{ename}\x1b[0m: {evalue}"]
+    return {"ename": str(ename), "evalue": str(evalue), "traceback": tb}
+
+
+def ok_reply(execution_count: int | None) -> dict[str, t.Any]:
+    return {"status": "ok", "execution_count": execution_count, "payload": [], "user_expressions": {}}
+
+
+def error_reply(execution_count: int | None, error: dict[str, t.Any]) -> dict[str, t.Any]:
+    return {
+        "status": "error",
+        "execution_count": execution_count,
+        "ename": error["ename"],
+        "evalue": error["evalue"],
+        "traceback": error["traceback"],
+        "payload": [],
+        "user_expressions": {},
+    }
+
+
+@dataclass
+class CellMapper:
+    """Maps the events of one cell to messages and, at the end, to the execute reply."""
+
+    execution_count: int | None = None
+    error: dict[str, t.Any] | None = None
+    done: dict[str, t.Any] | None = None
+    text_result: str | None = field(default=None, repr=False)
+
+    def feed(self, event: dict[str, t.Any]) -> list[Message]:
+        kind = event.get("type")
+        if kind == "done":
+            self.done = event
+            if event.get("execution_count") is not None:
+                self.execution_count = event["execution_count"]
+            return []
+        if kind == "execute_result":
+            if event.get("execution_count") is not None:
+                self.execution_count = event["execution_count"]
+            data = event.get("data") or {}
+            if "text/plain" in data:
+                self.text_result = str(data["text/plain"])
+        message = event_to_message(event, self.execution_count)
+        if message is None:
+            return []
+        if message[0] == "error":
+            if self.error is not None:
+                # One error per cell: a second one is shown as text, not lost.
+                content = message[1]
+                return [("stream", {"name": "stderr", "text": f"{content['ename']}: {content['evalue']}\n"})]
+            self.error = message[1]
+        return [message]
+
+    def finish(self) -> tuple[list[Message], dict[str, t.Any]]:
+        """Messages still owed (a synthesized error) and the execute reply content."""
+        done = self.done or {}
+        status = done.get("status", "ok")
+        if status == "ok" and self.error is None:
+            return [], ok_reply(self.execution_count)
+        owed: list[Message] = []
+        if self.error is None:
+            reason = done.get("reason")
+            ename, evalue = REASONS.get(reason or "", ("SandboxError", f"the cell ended with status {status!r}"))
+            if reason and reason not in REASONS:
+                evalue = f"{evalue} ({reason})"
+            self.error = error_content(ename, evalue)
+            owed.append(("error", self.error))
+        return owed, error_reply(self.execution_count, self.error)
+
+    @property
+    def sandbox_gone(self) -> bool:
+        return (self.done or {}).get("sandbox_state") in GONE_STATES
+
+
+# --------------------------------------------------------------------------- notices
+
+
+def gone_notice(old_id: str, why: str, pushed: t.Sequence[str], new_id: str | None = None) -> str:
+    """What the user reads when the next cell runs in a new sandbox: what happened, what
+    was lost, and what to do about the files."""
+    lines = [f"The sandbox {old_id} is gone: {why.rstrip('.')}.", "Its variables and imports are gone with it."]
+    if pushed:
+        shown = ", ".join(pushed[:10]) + (f" and {len(pushed) - 10} more" if len(pushed) > 10 else "")
+        lines.append(f"Files pushed with %push are gone too ({shown}): push them again if this cell needs them.")
+    lines.append(f"Running this cell in a new sandbox{' ' + new_id if new_id else ''}.")
+    return "\n".join(lines) + "\n"
+
+
+def died_reason(done: dict[str, t.Any]) -> str:
+    """Why a sandbox did not survive a cell, from the cell's `done` event."""
+    reason = done.get("reason")
+    state = done.get("sandbox_state") or "dead"
+    verb = "died" if state == "dead" else f"was {state}"
+    if reason in REASONS:
+        return f"it {verb} during the previous cell ({reason}: {REASONS[reason][1].split(';')[0]})"
+    if reason:
+        return f"it {verb} during the previous cell ({reason})"
+    return f"it {verb} during the previous cell"
+
+
+def format_bytes(n: int | float | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"

@@ -1,0 +1,256 @@
+"""Finding, and if need be starting, the local sandbox server: the embedded default.
+
+Choosing "Python (sandbox)" in JupyterLab should just work, with no server to start by
+hand. So when no URL is configured, the kernel looks for a server on the default port and
+starts one if nothing answers. Several kernels may start at once (a notebook server
+restoring its sessions): an flock on `<state-dir>/server-start.lock` makes one of them
+start the server while the others wait for it to answer.
+
+The server is started detached (its own session, output to `<state-dir>/server.log`) so
+that it outlives the kernel that started it: the next kernel, and the sandboxes, keep
+using it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import typing as t
+from urllib.parse import urlsplit
+
+import httpx
+
+from sandbox.client import DEFAULT_URL
+
+LOCK_NAME = "server-start.lock"
+LOG_NAME = "server.log"
+PID_NAME = "server-start.pid"
+
+StatusCallback = t.Callable[[str], None]
+
+# Started servers, kept referenced so that Popen does not warn about a child still
+# running when it is garbage-collected: the child is meant to outlive us.
+_started: list[subprocess.Popen] = []
+
+
+class ServerStartError(RuntimeError):
+    """The server could not be started or did not come up; the message says why and
+    where its log is."""
+
+
+def is_healthy(url: str, timeout: float = 2.0) -> bool:
+    try:
+        response = httpx.get(url.rstrip("/") + "/v1/health", timeout=timeout)
+    except httpx.HTTPError:
+        return False
+    if response.status_code != 200:
+        return False
+    try:
+        return response.json().get("status") == "ok"
+    except ValueError:
+        return False
+
+
+def log_tail(path: pathlib.Path, lines: int = 5) -> str:
+    """The last lines of a log, for error messages and progress text."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 8192))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        # A zombie (our own exited child not yet reaped) is not a server.
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _read_pid(path: pathlib.Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _server_env() -> dict[str, str]:
+    """The environment for the server: ours, plus a PYTHONPATH that finds this checkout
+    when the project is run from source rather than installed."""
+    env = dict(os.environ)
+    root = pathlib.Path(__file__).resolve().parents[1]
+    if (root / "sandbox").is_dir():
+        parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if str(root) not in parts:
+            env["PYTHONPATH"] = os.pathsep.join([str(root), *parts])
+    return env
+
+
+def start_command(url: str, state_dir: pathlib.Path) -> list[str]:
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or 8765
+    return [
+        sys.executable,
+        "-m",
+        "sandbox",
+        "serve",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--state-dir",
+        str(state_dir),
+    ]
+
+
+def ensure_server(
+    url: str = DEFAULT_URL,
+    state_dir: str | os.PathLike = "",
+    *,
+    timeout: float = 900.0,
+    on_status: StatusCallback | None = None,
+    need_token: bool = True,
+) -> bool:
+    """Make sure a server answers at `url`, starting one if none does. Blocking.
+
+    Returns True if this call started the server. With `need_token`, also waits for the
+    token file, which a server writes once it is up.
+    """
+    status = on_status or (lambda _msg: None)
+    sdir = pathlib.Path(state_dir or _default_state_dir()).expanduser()
+    if is_healthy(url):
+        if need_token:
+            _wait_for_token(sdir, 10.0)
+        return False
+
+    # 0711: a root server's sandboxes run as other uids that must traverse it to their
+    # image and workspace; the token inside is 0600.
+    sdir.mkdir(parents=True, exist_ok=True, mode=0o711)
+    deadline = time.monotonic() + timeout
+    log_path = sdir / LOG_NAME
+    lock_path = sdir / LOCK_NAME
+    started = False
+    with open(lock_path, "a+") as lock_file:
+        # Non-blocking attempts in a loop rather than one blocking flock: a kernel that
+        # waits on another's start should notice the server coming up and report progress.
+        while True:
+            try:
+                fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if is_healthy(url, timeout=1.0):
+                if need_token:
+                    _wait_for_token(sdir, 10.0)
+                return False
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"another kernel is starting the sandbox server and it did not come up; see {log_path}"
+                )
+            status(f"waiting for another kernel to start the sandbox server… ({_last_line(log_path)})")
+            time.sleep(0.5)
+
+        try:
+            if is_healthy(url, timeout=1.0):
+                if need_token:
+                    _wait_for_token(sdir, 10.0)
+                return False
+            pid_path = sdir / PID_NAME
+            pid = _read_pid(pid_path)
+            proc: subprocess.Popen | None = None
+            if pid is None or not _pid_alive(pid):
+                # A previous starter may have died while its server was still building the
+                # image; only when that server is gone do we start another.
+                status("starting the sandbox server")
+                cmd = start_command(url, sdir)
+                with open(log_path, "ab") as log:
+                    log.write(f"\n--- started by kernel pid {os.getpid()}: {' '.join(cmd)}\n".encode())
+                    log.flush()
+                    proc = subprocess.Popen(
+                        cmd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        close_fds=True,
+                        cwd=str(sdir),
+                        env=_server_env(),
+                    )
+                _started.append(proc)
+                pid_path.write_text(str(proc.pid))
+                pid = proc.pid
+                started = True
+
+            began = time.monotonic()
+            while not is_healthy(url, timeout=1.0):
+                if proc is not None and proc.poll() is not None:
+                    raise ServerStartError(
+                        f"the sandbox server exited with code {proc.returncode} while starting; "
+                        f"last lines of {log_path}:\n{log_tail(log_path)}"
+                    )
+                if proc is None and pid is not None and not _pid_alive(pid):
+                    raise ServerStartError(
+                        f"the sandbox server stopped while starting; see {log_path}:\n{log_tail(log_path)}"
+                    )
+                if time.monotonic() > deadline:
+                    raise ServerStartError(
+                        f"the sandbox server did not answer at {url} within {timeout:.0f} s; "
+                        f"last lines of {log_path}:\n{log_tail(log_path)}"
+                    )
+                elapsed = time.monotonic() - began
+                status(
+                    f"starting the sandbox server ({elapsed:.0f} s; the first start builds the sandbox image): {_last_line(log_path)}"
+                )
+                time.sleep(0.5)
+        finally:
+            fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+
+    if need_token:
+        _wait_for_token(sdir, 30.0)
+    return started
+
+
+def _last_line(path: pathlib.Path) -> str:
+    tail = log_tail(path, 1)
+    return tail[-160:] if tail else "no output yet"
+
+
+def _wait_for_token(state_dir: pathlib.Path, timeout: float) -> None:
+    """A server creates its token file once it is up: wait for it briefly, unless the
+    token comes from the environment."""
+    if os.environ.get("SANDBOX_KERNEL_TOKEN"):
+        return
+    deadline = time.monotonic() + timeout
+    token = state_dir / "token"
+    while time.monotonic() < deadline:
+        try:
+            if token.read_text().strip():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+
+
+def _default_state_dir() -> pathlib.Path:
+    from sandbox.client import default_state_dir
+
+    return default_state_dir()

@@ -1,0 +1,53 @@
+"""The public kernel conformance suite (jupyter_kernel_test) against the real kernel and
+a real sandbox server."""
+
+from __future__ import annotations
+
+import jupyter_kernel_test as jkt
+import pytest
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAFklEQVR4nGP8z8DAwMDAxMDAwMDAAAANHQEDasKb6QAAAABJRU5ErkJggg=="
+
+
+@pytest.mark.usefixtures("kernel_env")
+class TestSandboxKernel(jkt.KernelTests):
+    kernel_name = "sandbox"
+    language_name = "python"
+    file_extension = ".py"
+
+    code_hello_world = "print('hello, world')"
+    code_stderr = "import sys; print('test', file=sys.stderr)"
+
+    # Completion runs in the sandbox's IPython.
+    completion_samples = [
+        {"text": "zi", "matches": {"zip"}},
+        {"text": "import os\nos.pa"},
+    ]
+
+    complete_code_samples = ["1", "print('hello, world')", "def f(x):\n  return x*2\n\n\n"]
+    incomplete_code_samples = ["print('''hello", "def f(x):\n  x*2"]
+    invalid_code_samples = ["import = 7q"]
+
+    code_generate_error = "raise Exception('test')"
+
+    code_execute_result = [
+        {"code": "1+2+3", "result": "6"},
+        {"code": "[n*n for n in range(1, 4)]", "result": "[1, 4, 9]"},
+        {"code": "from IPython.display import HTML; HTML('<b>x</b>')", "mime": "text/html", "result": "<b>x</b>"},
+    ]
+
+    code_display_data = [
+        {"code": "from IPython.display import HTML, display; display(HTML('<b>test</b>'))", "mime": "text/html"},
+        {
+            "code": f"import base64\nfrom IPython.display import Image, display\ndisplay(Image(data=base64.b64decode('{PNG}')))",
+            "mime": "image/png",
+        },
+    ]
+
+    code_clear_output = "from IPython.display import clear_output; clear_output()"
+
+    code_inspect_sample = "print"
+
+    # History is the kernel's own record of its cells.
+    supported_history_operations = ("tail", "range", "search")
+    code_history_pattern = "1?2*"

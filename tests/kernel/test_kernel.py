@@ -1,0 +1,449 @@
+"""The kernel's own behaviour, end to end: a real kernel process, a real server."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import threading
+import time
+import typing as t
+from queue import Empty
+
+import pytest
+import sandbox_test_support as support
+from sandbox_test_support import free_port, run_cell, shell_request
+
+from sandbox.client import Sandbox, SandboxGone, SandboxNotFound, list_sandboxes
+
+pytestmark = pytest.mark.slow
+
+
+def sandbox_id(kc: t.Any) -> str:
+    run = run_cell(kc, "%sandbox")
+    assert run.status == "ok", run.errors
+    match = re.search(r"^sandbox\s+(\S+)$", run.stdout, re.M)
+    assert match, run.stdout
+    return match.group(1)
+
+
+def live_ids(env: dict[str, str]) -> set[str]:
+    return {s.id for s in list_sandboxes(url=env["SANDBOX_KERNEL_URL"], token=env["SANDBOX_KERNEL_TOKEN"])}
+
+
+def wait_gone(env: dict[str, str], sid: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            Sandbox.connect(sid, url=env["SANDBOX_KERNEL_URL"], token=env["SANDBOX_KERNEL_TOKEN"]).close()
+        except (SandboxGone, SandboxNotFound):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"sandbox {sid} still alive after {timeout} s")
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+def test_kernel_info(kc):
+    info = shell_request(kc, "kernel_info")
+    assert info["implementation"] == "sandbox"
+    lang = info["language_info"]
+    assert lang["name"] == "python"
+    assert lang["mimetype"] == "text/x-python"
+    assert lang["file_extension"] == ".py"
+    assert lang["pygments_lexer"] == "ipython3"
+    assert lang["codemirror_mode"] == {"name": "ipython", "version": 3}
+    assert "sandbox" in info["banner"]
+
+
+def test_state_survives_between_cells(kc):
+    assert run_cell(kc, "x = 20").status == "ok"
+    assert run_cell(kc, "x * 2 + 2").result_text() == "42"
+
+
+def test_failing_cell_sends_exactly_one_error_and_status_error(kc):
+    run = run_cell(kc, "y = 1\n1/0", stop_on_error=False)
+    assert run.status == "error"
+    assert run.reply["content"]["ename"] == "ZeroDivisionError"
+    assert [e["ename"] for e in run.errors] == ["ZeroDivisionError"]
+    assert run.errors[0]["traceback"], "the sandbox's traceback is passed on"
+    # The kernel is fine and the state before the error is kept.
+    assert run_cell(kc, "y").result_text() == "1"
+
+
+def test_silent_execution_publishes_nothing(kc):
+    run = run_cell(kc, "print('loud'); z = 5; z", silent=True)
+    assert run.status == "ok"
+    assert run.outputs == []
+    failing = run_cell(kc, "print('loud'); 1/0", silent=True)
+    assert failing.status == "error"
+    assert failing.outputs == []
+    # Silent code did run.
+    assert run_cell(kc, "z").result_text() == "5"
+
+
+def test_execution_count_comes_from_the_sandbox(kc):
+    first = run_cell(kc, "1")
+    second = run_cell(kc, "2")
+    n1 = first.reply["content"]["execution_count"]
+    n2 = second.reply["content"]["execution_count"]
+    assert n2 == n1 + 1
+    assert first.of_type("execute_result")[0]["content"]["execution_count"] == n1
+    run_cell(kc, "3", store_history=False)
+    assert run_cell(kc, "4").reply["content"]["execution_count"] == n2 + 1
+
+
+def test_output_streams_while_the_cell_runs(kc):
+    run = run_cell(kc, "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.7)")
+    assert run.status == "ok"
+    assert run.stdout.split() == ["0", "1", "2"]
+    stamps = [m["header"]["date"] for m in run.of_type("stream")]
+    reply_at = run.reply["header"]["date"]
+    # The first line was published well before the cell ended, not batched at the end.
+    assert (reply_at - stamps[0]).total_seconds() > 1.0
+
+
+def test_every_mime_type_passes_through_with_metadata(kc):
+    code = (
+        "from IPython.display import display\n"
+        "display({'application/vnd.test+json': {'a': 1}, 'text/plain': 'plain'}, raw=True,"
+        " metadata={'application/vnd.test+json': {'m': 2}})"
+    )
+    run = run_cell(kc, code)
+    (msg,) = [m for m in run.of_type("display_data") if "application/vnd.test+json" in m["content"]["data"]]
+    assert msg["content"]["data"]["application/vnd.test+json"] == {"a": 1}
+    assert msg["content"]["data"]["text/plain"] == "plain"
+    assert msg["content"]["metadata"] == {"application/vnd.test+json": {"m": 2}}
+
+
+def test_update_display_data_keeps_display_id(kc):
+    code = (
+        "from IPython.display import display, update_display\n"
+        "display('one', display_id='d1')\n"
+        "update_display('two', display_id='d1')"
+    )
+    run = run_cell(kc, code)
+
+    def with_id(msg_type: str) -> list[dict]:
+        return [m for m in run.of_type(msg_type) if m["content"].get("transient", {}).get("display_id") == "d1"]
+
+    (shown,) = with_id("display_data")
+    (updated,) = with_id("update_display_data")
+    assert shown["content"]["data"]["text/plain"] == "'one'"
+    assert updated["content"]["data"]["text/plain"] == "'two'"
+
+
+def test_clear_output_is_forwarded(kc):
+    run = run_cell(kc, "print('a')\nfrom IPython.display import clear_output\nclear_output(wait=True)\nprint('b')")
+    assert {"wait": True} in [m["content"] for m in run.of_type("clear_output")]
+
+
+def test_matplotlib_figure_becomes_png(kc):
+    run = run_cell(kc, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()", timeout=120)
+    assert run.status == "ok", run.errors
+    pngs = [m for m in run.of_type("display_data") if "image/png" in m["content"]["data"]]
+    assert pngs
+    assert base64.b64decode(pngs[0]["content"]["data"]["image/png"]).startswith(b"\x89PNG")
+
+
+def test_ipython_magics_other_than_ours_run_in_the_sandbox(kc):
+    run = run_cell(kc, "%%capture captured\nprint('inside')")
+    assert run.status == "ok", run.errors
+    assert run_cell(kc, "captured.stdout").result_text() == "'inside\\n'"
+
+
+def test_completion_and_inspection_use_the_sandbox_state(kc):
+    run_cell(kc, "my_distinctive_variable = 3")
+    reply = shell_request(kc, "complete", "my_distinct")
+    assert "my_distinctive_variable" in reply["matches"]
+    reply = shell_request(kc, "complete", "import os\nos.pa")
+    assert "os.path" in reply["matches"] or "path" in reply["matches"]
+    reply = shell_request(kc, "inspect", "len")
+    assert reply["found"]
+    assert "text/plain" in reply["data"]
+
+
+def test_completion_offers_our_magics(kc):
+    reply = shell_request(kc, "complete", "%pu")
+    assert {"%push", "%pull"} <= set(reply["matches"])
+
+
+# --------------------------------------------------------------------------- interrupt
+
+
+def wait_for_stdout(kc: t.Any, msg_id: str, text: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except Empty:
+            continue
+        if (
+            msg["parent_header"].get("msg_id") == msg_id
+            and msg["msg_type"] == "stream"
+            and text in msg["content"]["text"]
+        ):
+            return
+    raise AssertionError(f"{text!r} never printed")
+
+
+def test_interrupt_stops_the_cell_and_keeps_state(kernel):
+    km, kc = kernel
+    assert run_cell(kc, "x = 1").status == "ok"
+    msg_id = kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)", stop_on_error=False)
+    wait_for_stdout(kc, msg_id, "sleeping")
+    began = time.monotonic()
+    km.interrupt_kernel()
+    while True:
+        reply = kc.get_shell_msg(timeout=10)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            break
+    elapsed = time.monotonic() - began
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    assert elapsed < 2.0, f"interrupt took {elapsed:.1f} s"
+    assert run_cell(kc, "x").result_text() == "1"
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_shutdown_deletes_the_sandbox(start_kernel, kernel_env):
+    km, kc = start_kernel()
+    sid = sandbox_id(kc)
+    assert sid in live_ids(kernel_env)
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+    assert sid not in live_ids(kernel_env)
+    with pytest.raises((SandboxGone, SandboxNotFound)):
+        Sandbox.connect(sid, url=kernel_env["SANDBOX_KERNEL_URL"], token=kernel_env["SANDBOX_KERNEL_TOKEN"])
+
+
+def test_shutdown_before_any_cell_still_deletes_the_sandbox(start_kernel, kernel_env):
+    km, kc = start_kernel()
+    pid = km.provisioner.pid
+
+    def ours() -> set[str]:
+        sandboxes = list_sandboxes(url=kernel_env["SANDBOX_KERNEL_URL"], token=kernel_env["SANDBOX_KERNEL_TOKEN"])
+        return {s.id for s in sandboxes if s.metadata.get("kernel_pid") == pid}
+
+    deadline = time.monotonic() + 60
+    while not ours():
+        assert time.monotonic() < deadline, "the kernel did not create its sandbox at start"
+        time.sleep(0.2)
+    created = ours()
+    kc.stop_channels()
+    km.shutdown_kernel(now=False)
+    assert not created & live_ids(kernel_env)
+
+
+def test_restart_gives_a_fresh_sandbox(kernel, kernel_env):
+    km, kc = kernel
+    assert run_cell(kc, "secret = 42").status == "ok"
+    old = sandbox_id(kc)
+    km.restart_kernel(now=False)
+    kc.wait_for_ready(timeout=60)
+    run = run_cell(kc, "secret", stop_on_error=False)
+    assert run.status == "error"
+    assert run.reply["content"]["ename"] == "NameError"
+    assert sandbox_id(kc) != old
+    assert old not in live_ids(kernel_env)
+
+
+def test_expired_sandbox_is_explained_and_the_cell_runs_in_a_new_one(start_kernel, kernel_env, tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    km, kc = start_kernel(cwd=tmp_path, SANDBOX_KERNEL_TTL="3")
+    assert run_cell(kc, "%push notes.txt\nv = 1").status == "ok"
+    old = sandbox_id(kc)
+    wait_gone(kernel_env, old)
+    run = run_cell(kc, "print('after')\nv", stop_on_error=False)
+    notice = run.stderr
+    assert old in notice
+    assert "expired" in notice.lower()
+    assert "variables" in notice.lower()
+    assert "notes.txt" in notice
+    assert "after" in run.stdout, "the cell ran in the new sandbox"
+    assert run.reply["content"]["ename"] == "NameError", "the old variables are gone"
+    assert sandbox_id(kc) != old
+    # Said once, not on every cell.
+    again = run_cell(kc, "1")
+    assert again.stderr == ""
+
+
+def test_sandbox_that_died_is_replaced_at_the_next_cell(kc, kernel_env):
+    old = sandbox_id(kc)
+    run = run_cell(kc, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", timeout=120, stop_on_error=False)
+    assert run.status == "error"
+    assert len(run.errors) == 1
+    nxt = run_cell(kc, "print('alive')")
+    assert nxt.status == "ok", nxt.errors
+    assert "alive" in nxt.stdout
+    assert old in nxt.stderr and "new sandbox" in nxt.stderr
+    assert sandbox_id(kc) != old
+
+
+def test_sandbox_deleted_behind_the_kernels_back(kc, kernel_env):
+    old = sandbox_id(kc)
+    sbx = Sandbox(old, url=kernel_env["SANDBOX_KERNEL_URL"], token=kernel_env["SANDBOX_KERNEL_TOKEN"])
+    sbx.delete()
+    sbx.close()
+    run = run_cell(kc, "print('still works')")
+    assert run.status == "ok", run.errors
+    assert "still works" in run.stdout
+    assert old in run.stderr and "deleted" in run.stderr.lower()
+
+
+def test_unreachable_server_gives_a_short_readable_error(start_kernel):
+    port = free_port()
+    km, kc = start_kernel(SANDBOX_KERNEL_URL=f"http://127.0.0.1:{port}", SANDBOX_KERNEL_RECONNECT_TIMEOUT="2")
+    began = time.monotonic()
+    run = run_cell(kc, "print(1)", timeout=60, stop_on_error=False)
+    assert time.monotonic() - began < 30
+    assert run.status == "error"
+    assert run.reply["content"]["ename"] == "ServerUnavailable"
+    assert "sandbox-kernel serve" in run.reply["content"]["evalue"]
+    assert len(run.errors) == 1
+    traceback = "\n".join(run.errors[0]["traceback"])
+    assert "Traceback" not in traceback and 'File "' not in traceback
+    assert "unreachable, retrying" in run.stderr
+    # The kernel itself is still alive and answers.
+    assert km.is_alive()
+    assert run_cell(kc, "print(2)", timeout=60, stop_on_error=False).status == "error"
+
+
+def test_server_restart_mid_session_keeps_the_sandbox(kc, sandbox_server):
+    if sandbox_server.proc is None:
+        pytest.skip("the server is not this session's to restart")
+    assert run_cell(kc, "kept = 7").status == "ok"
+    support.stop_process(sandbox_server)
+    restart = threading.Timer(3.0, support.spawn_server, args=(sandbox_server,))
+    restart.start()
+    try:
+        run = run_cell(kc, "kept", timeout=120)
+    finally:
+        restart.join()
+    assert "unreachable, retrying" in run.stderr
+    assert run.status == "ok", run.errors
+    assert run.result_text() == "7", "the sandbox outlived the server and the kernel found it again"
+
+
+# --------------------------------------------------------------------------- airlock
+
+
+def test_push_and_pull_round_trip(start_kernel, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.csv").write_text("x,y\n1,2\n")
+    (data / "b.csv").write_text("x,y\n3,4\n")
+    (data / "skip.txt").write_text("not a csv")
+    big = os.urandom(6 * 1024 * 1024)
+    (tmp_path / "big.bin").write_bytes(big)
+    km, kc = start_kernel(cwd=tmp_path)
+
+    run = run_cell(
+        kc,
+        "%push data/*.csv\n%push big.bin blobs/\nimport os\n"
+        "sorted(os.listdir('/workspace/data')), os.path.getsize('/workspace/blobs/big.bin')",
+        timeout=120,
+    )
+    assert run.status == "ok", run.errors
+    assert run.result_text() == f"(['a.csv', 'b.csv'], {len(big)})"
+    assert "pushed data/a.csv → /workspace/data/a.csv" in run.stdout
+    assert "pushed big.bin → /workspace/blobs/big.bin" in run.stdout
+    # The big file drew a progress bar that updated in place and ended full.
+    bars = run.of_type("update_display_data")
+    assert bars, "no progress bar for a 6 MiB upload"
+    assert "100%" in bars[-1]["content"]["data"]["text/plain"]
+
+    run = run_cell(
+        kc,
+        "os.makedirs('/workspace/out', exist_ok=True)\n"
+        "open('/workspace/out/result.txt', 'w').write(open('/workspace/data/a.csv').read().upper())",
+    )
+    assert run.status == "ok", run.errors
+    run = run_cell(kc, "%pull out/result.txt\n%pull blobs/big.bin copies/\n%pull data/*.csv fetched/", timeout=120)
+    assert run.status == "ok", run.errors
+    assert (tmp_path / "out" / "result.txt").read_text() == "X,Y\n1,2\n"
+    assert (tmp_path / "copies" / "big.bin").read_bytes() == big
+    assert sorted(p.name for p in (tmp_path / "fetched").iterdir()) == ["a.csv", "b.csv"]
+    assert "pulled /workspace/out/result.txt → out/result.txt" in run.stdout
+
+
+def test_push_of_a_missing_file_fails_the_cell_before_its_code(kc):
+    run = run_cell(kc, "%push no-such-file.csv\nprint('should not run')")
+    assert run.status == "error"
+    assert run.reply["content"]["ename"] == "FileNotFoundError"
+    assert len(run.errors) == 1
+    assert "should not run" not in run.stdout
+
+
+def test_pull_of_a_missing_file_fails_readably(kc, tmp_path):
+    run = run_cell(kc, "%pull nothing/here.txt")
+    assert run.status == "error"
+    assert run.reply["content"]["ename"] == "FileNotFoundError"
+    assert "Traceback" not in "".join(run.errors[0]["traceback"])
+
+
+def test_sandbox_magic_shows_status_limits_and_isolation(kc):
+    run = run_cell(kc, "%sandbox")
+    assert run.status == "ok"
+    for label in ("sandbox", "state", "image", "TTL", "limits", "isolation", "server"):
+        assert re.search(rf"^{label}\s", run.stdout, re.M), f"{label} missing:\n{run.stdout}"
+    assert "running" in run.stdout
+    assert "memory" in run.stdout
+
+
+def test_ttl_shows_and_renews(kc, kernel_env):
+    run = run_cell(kc, "%ttl")
+    assert run.status == "ok"
+    assert "left" in run.stdout
+    run = run_cell(kc, "%ttl renew 120")
+    assert run.status == "ok", run.errors
+    assert "renewed" in run.stdout
+    sid = sandbox_id(kc)
+    left = Sandbox.connect(
+        sid, url=kernel_env["SANDBOX_KERNEL_URL"], token=kernel_env["SANDBOX_KERNEL_TOKEN"]
+    ).info.ttl_left()
+    assert left is not None and 60 < left <= 121
+
+
+def test_magic_lines_then_code_in_one_cell_keep_line_numbers(kc):
+    run = run_cell(kc, "%ttl\n\n1/0")
+    assert run.status == "error"
+    tb = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(run.errors[0]["traceback"]))
+    assert "line 3" in tb, tb
+
+
+# --------------------------------------------------------------------------- notebooks
+
+
+def test_nbclient_runs_a_notebook(kernel_env, tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import math\nvalue = math.sqrt(16)\nvalue"),
+        nbformat.v4.new_code_cell("print('value is', value)"),
+        nbformat.v4.new_code_cell("from IPython.display import HTML\nHTML('<i>ok</i>')"),
+    ]
+    NotebookClient(nb, kernel_name="sandbox", timeout=120, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert nb.cells[0].outputs[0]["data"]["text/plain"] == "4.0"
+    assert "".join(o.get("text", "") for o in nb.cells[1].outputs) == "value is 4.0\n"
+    assert nb.cells[2].outputs[0]["data"]["text/html"] == "<i>ok</i>"
+    assert [c.execution_count for c in nb.cells] == [1, 2, 3]
+
+
+def test_nbclient_stops_at_a_failing_cell(kernel_env, tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("1/0"), nbformat.v4.new_code_cell("print('never')")]
+    with pytest.raises(CellExecutionError, match="ZeroDivisionError"):
+        NotebookClient(
+            nb, kernel_name="sandbox", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
+        ).execute()
+    assert nb.cells[1].outputs == []

@@ -1,0 +1,223 @@
+"""The kernel's pure parts: event mapping, magic parsing, path plans, kernelspec, history.
+No server needed."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from kernel.install import install_kernelspec, kernel_spec
+from kernel.kernel import history_query, local_is_complete
+from kernel.magics import (
+    MagicError,
+    _segments_match,
+    local_target,
+    magic_name_matches,
+    push_path_completions,
+    push_plan,
+    split_cell,
+)
+from kernel.outputs import CellMapper, event_to_message, gone_notice
+
+# --------------------------------------------------------------------------- outputs
+
+
+def test_every_event_type_maps_to_its_message():
+    assert event_to_message({"type": "stream", "name": "stderr", "text": "x"}) == (
+        "stream",
+        {"name": "stderr", "text": "x"},
+    )
+    kind, content = event_to_message({"type": "display_data", "data": {"image/png": "AAA", "x/y": 1}})
+    assert kind == "display_data"
+    assert content == {"data": {"image/png": "AAA", "x/y": 1}, "metadata": {}, "transient": {}}
+    kind, content = event_to_message(
+        {"type": "update_display_data", "data": {"text/plain": "2"}, "metadata": {}, "transient": {"display_id": "d"}}
+    )
+    assert kind == "update_display_data" and content["transient"] == {"display_id": "d"}
+    kind, content = event_to_message({"type": "execute_result", "execution_count": 7, "data": {"text/plain": "1"}})
+    assert (kind, content) == ("execute_result", {"execution_count": 7, "data": {"text/plain": "1"}, "metadata": {}})
+    assert event_to_message({"type": "clear_output", "wait": True}) == ("clear_output", {"wait": True})
+    assert event_to_message({"type": "done", "status": "ok"}) is None
+    assert event_to_message({"type": "something_new"}) is None
+
+
+def test_update_without_display_id_is_shown_not_dropped():
+    kind, _ = event_to_message({"type": "update_display_data", "data": {"text/plain": "x"}})
+    assert kind == "display_data"
+
+
+def test_mapper_ok_cell_uses_the_sandbox_count():
+    m = CellMapper(execution_count=1)
+    m.feed({"type": "execute_result", "execution_count": 5, "data": {"text/plain": "2"}})
+    m.feed({"type": "done", "status": "ok", "execution_count": 5})
+    owed, reply = m.finish()
+    assert owed == []
+    assert reply["status"] == "ok" and reply["execution_count"] == 5
+    assert m.text_result == "2"
+
+
+def test_mapper_sends_one_error_even_if_the_server_sends_two():
+    m = CellMapper()
+    first = m.feed({"type": "error", "ename": "SandboxDied", "evalue": "oom", "traceback": ["tb"]})
+    second = m.feed({"type": "error", "ename": "KeyboardInterrupt", "evalue": "", "traceback": []})
+    m.feed({"type": "done", "status": "error", "execution_count": 2, "reason": "oom", "sandbox_state": "dead"})
+    owed, reply = m.finish()
+    assert [k for k, _ in first] == ["error"]
+    assert [k for k, _ in second] == ["stream"]
+    assert owed == []
+    assert reply["status"] == "error" and reply["ename"] == "SandboxDied"
+    assert m.sandbox_gone
+
+
+def test_mapper_synthesizes_an_error_for_a_failed_cell_without_one():
+    m = CellMapper()
+    m.feed(
+        {"type": "done", "status": "aborted", "execution_count": 3, "reason": "timeout_killed", "sandbox_state": "dead"}
+    )
+    owed, reply = m.finish()
+    assert [k for k, _ in owed] == ["error"]
+    assert reply["status"] == "error"
+    assert "time limit" in reply["evalue"]
+    assert reply["traceback"], "frontends show the traceback: it must not be empty"
+
+
+def test_gone_notice_says_what_happened_and_what_was_lost():
+    text = gone_notice("sbx-1", "sandbox sbx-1 expired after 3 s idle", ["a.csv", "data/b.csv"], "sbx-2")
+    assert "sbx-1" in text and "expired" in text and "sbx-2" in text
+    assert "variables" in text.lower()
+    assert "a.csv" in text and "data/b.csv" in text
+    assert "%push" not in gone_notice("sbx-1", "deleted", [], "sbx-2")
+
+
+# --------------------------------------------------------------------------- magics
+
+
+def test_split_cell_takes_only_leading_magics_and_keeps_line_numbers():
+    calls, rest = split_cell("%push a.csv\n# comment\n%pull 'b c.txt' out/\nx = 1\n%push late.csv")
+    assert [(c.name, c.args) for c in calls] == [("push", ["a.csv"]), ("pull", ["b c.txt", "out/"])]
+    assert rest.split("\n")[3] == "x = 1", "code stays on its own line number"
+    assert all(line.startswith("#") for line in rest.split("\n")[:3]), "IPython drops leading blank lines"
+    assert rest.endswith("%push late.csv"), "a magic after code is IPython's business"
+
+
+def test_split_cell_leaves_other_magics_to_ipython():
+    for code in ("%%time\nx = 1", "%time 1+1", "%pushd /tmp", "%%push\nx"):
+        assert split_cell(code) == ([], code)
+
+
+def test_split_cell_magic_only():
+    calls, rest = split_cell("%sandbox\n%ttl renew 60\n")
+    assert [c.name for c in calls] == ["sandbox", "ttl"]
+    assert rest == ""
+
+
+def test_split_cell_reports_bad_quoting():
+    with pytest.raises(MagicError):
+        split_cell("%push 'unclosed")
+
+
+def test_push_plan_keeps_relative_shape(tmp_path: pathlib.Path):
+    (tmp_path / "data").mkdir()
+    for name in ("a.csv", "b.csv", "c.txt"):
+        (tmp_path / "data" / name).write_text(name)
+    plan = push_plan("data/*.csv", None, tmp_path)
+    assert [r for _, r in plan] == ["data/a.csv", "data/b.csv"]
+    assert [r for _, r in push_plan("data/a.csv", "renamed.csv", tmp_path)] == ["renamed.csv"]
+    assert [r for _, r in push_plan("data/a.csv", "into/", tmp_path)] == ["into/a.csv"]
+    assert [r for _, r in push_plan("data/*.csv", "/workspace/in", tmp_path)] == ["in/a.csv", "in/b.csv"]
+    assert sorted(r for _, r in push_plan("data", None, tmp_path)) == ["data/a.csv", "data/b.csv", "data/c.txt"]
+
+
+def test_push_plan_outside_cwd_lands_by_name(tmp_path: pathlib.Path):
+    (tmp_path / "x.txt").write_text("x")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    assert [r for _, r in push_plan("../x.txt", None, sub)] == ["x.txt"]
+    assert [r for _, r in push_plan(str(tmp_path / "x.txt"), None, sub)] == ["x.txt"]
+
+
+def test_push_plan_nothing_matches(tmp_path: pathlib.Path):
+    with pytest.raises(MagicError) as info:
+        push_plan("*.parquet", None, tmp_path)
+    assert info.value.ename == "FileNotFoundError"
+
+
+def test_pull_refuses_sandbox_paths_that_escape(tmp_path: pathlib.Path):
+    for bad in ("../etc/passwd", "/etc/passwd", "a/../../b"):
+        with pytest.raises(MagicError):
+            local_target(bad, None, tmp_path, many=False)
+    assert local_target("out/r.txt", None, tmp_path, many=False) == tmp_path / "out" / "r.txt"
+    assert local_target("out/r.txt", "copies/", tmp_path, many=False) == tmp_path / "copies" / "r.txt"
+    assert local_target("out/r.txt", "r2.txt", tmp_path, many=False) == tmp_path / "r2.txt"
+
+
+def test_remote_glob_matches_by_segment():
+    assert _segments_match("data/*.csv", "data/a.csv")
+    assert not _segments_match("*.csv", "data/a.csv")
+    assert _segments_match("**/*.png", "a/b/c.png")
+    assert _segments_match("**/*.png", "c.png")
+
+
+def test_magic_completions(tmp_path: pathlib.Path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data.csv").write_text("")
+    reply = push_path_completions("%push da", 8, tmp_path)
+    assert reply is not None and set(reply["matches"]) == {"data/", "data.csv"}
+    assert reply["cursor_start"] == 6
+    assert push_path_completions("x = da", 6, tmp_path) is None
+    assert push_path_completions("%push data.csv de", 17, tmp_path) is None
+    assert magic_name_matches("%tt", 3) == ["%ttl"]
+    assert magic_name_matches("x %tt", 5) == []
+
+
+# --------------------------------------------------------------------------- kernel helpers
+
+
+def test_history_query():
+    entries = [(1, 1, "1+2+3", "6"), (1, 2, "x = 1", None), (1, 3, "1+2+3", "6")]
+    assert history_query(entries, "tail", False, None, None, None, 2, None, False) == [(1, 2, "x = 1"), (1, 3, "1+2+3")]
+    assert history_query(entries, "range", True, 1, 2, 3, None, None, False) == [(1, 2, ("x = 1", None))]
+    assert len(history_query(entries, "search", False, None, None, None, None, "1?2*", False)) == 2
+    assert len(history_query(entries, "search", False, None, None, None, None, "1?2*", True)) == 1
+
+
+def test_local_is_complete():
+    assert local_is_complete("x = 1")["status"] == "complete"
+    assert local_is_complete("def f():")["status"] == "incomplete"
+    assert local_is_complete("import = 7q")["status"] == "invalid"
+
+
+# --------------------------------------------------------------------------- install
+
+
+def test_kernel_spec_default_and_per_image():
+    name, spec = kernel_spec()
+    assert name == "sandbox"
+    assert spec["display_name"] == "Python (sandbox)"
+    assert spec["argv"][1:] == ["-m", "kernel", "-f", "{connection_file}"]
+    assert pathlib.Path(spec["argv"][0]).is_absolute()
+    assert spec["interrupt_mode"] == "message"
+    assert "env" not in spec
+    name, spec = kernel_spec("DataSci")
+    assert name == "sandbox-datasci"
+    assert spec["display_name"] == "Python (sandbox: DataSci)"
+    assert spec["env"] == {"SANDBOX_KERNEL_IMAGE": "DataSci"}
+    with pytest.raises(ValueError):
+        kernel_spec("../evil")
+
+
+def test_install_kernelspec_into_a_prefix(tmp_path: pathlib.Path):
+    path = pathlib.Path(install_kernelspec(prefix=str(tmp_path), image="gpu"))
+    assert path == tmp_path / "share" / "jupyter" / "kernels" / "sandbox-gpu"
+    spec = json.loads((path / "kernel.json").read_text())
+    assert spec["env"]["SANDBOX_KERNEL_IMAGE"] == "gpu"
+    for size in (32, 64):
+        assert (path / f"logo-{size}x{size}.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_shipped_kernelspec_matches_the_source_copy():
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for name in ("kernel.json", "logo-32x32.png", "logo-64x64.png"):
+        assert (root / "kernelspec" / name).read_bytes() == (root / "kernel" / "resources" / name).read_bytes()

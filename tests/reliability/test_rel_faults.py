@@ -1,0 +1,112 @@
+"""When a sandbox hits a limit or crashes, the execute says so plainly and the API agrees.
+
+Runs on the session server: these faults end only the sandbox they happen in. Execute
+timeouts (``timeout_interrupted`` vs ``timeout_killed``) are covered by
+tests/service/test_svc_execute.py and not repeated here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import reliability_support as rs
+
+OOM = "chunks = [bytes([1]) * (64 << 20) for _ in range(16)]  # 1 GiB, every page touched"
+
+POPEN_BOMB = """
+import json, subprocess
+procs, err = [], None
+try:
+    for _ in range(200):
+        procs.append(subprocess.Popen(["sleep", "100"]))
+except Exception as exc:
+    err = exc
+print(json.dumps({"popen": len(procs), "error": type(err).__name__, "message": str(err)}))
+"""
+THREAD_BOMB = """
+import json, threading, time
+threads, terr = [], None
+release = threading.Event()
+try:
+    for _ in range(200):
+        t = threading.Thread(target=release.wait, args=(60,), daemon=True)
+        t.start()
+        threads.append(t)
+except Exception as exc:
+    terr = exc
+print(json.dumps({"threads": len(threads), "error": type(terr).__name__, "message": str(terr)}))
+"""
+
+
+def probe(events: list[dict]) -> dict:
+    rs.ok(events)
+    return json.loads(rs.stdout_of(events).strip().splitlines()[-1])
+
+
+def assert_died(api, sandbox_id: str, events: list[dict], reason: str) -> str:
+    """The sandbox-died shape of an execute, and the 410 after it; returns the message."""
+    done = rs.done_of(events)
+    errors = rs.errors_of(events)
+    assert len(errors) == 1 and errors[0]["ename"] == "SandboxDied", events
+    assert done["status"] == "error" and done["reason"] == reason and done["sandbox_state"] == "dead", done
+    r = api.get(f"/v1/sandboxes/{sandbox_id}")
+    assert r.status_code == 410, r.text
+    err = r.json()["error"]
+    assert err["code"] == "gone" and err["state"] == "dead" and err["reason"] == reason, err
+    assert errors[0]["evalue"] in err["message"]
+    return errors[0]["evalue"]
+
+
+def test_out_of_memory_is_reported_as_oom_with_the_limit(api, new_sandbox, run):
+    sbx = new_sandbox(memory_mb=256)
+    assert sbx["limits"]["memory_mb"] == 256
+    message = assert_died(api, sbx["id"], run(sbx["id"], OOM), "oom")
+    assert "memory" in message and "256" in message
+
+
+def test_pids_limit_gives_clean_errors_or_a_pids_death(api, new_sandbox, run):
+    """Fork and thread bombs against pids=32. Either the runtime survives and each bomb gets
+    a clean Python error, the sandbox staying usable; or it dies and is reported as
+    ``pids`` with the limit named. Observed on this host (cgroup v1): it survives; fork
+    fails with BlockingIOError (EAGAIN) after ~26 processes, and thread creation with
+    RuntimeError("can't start new thread")."""
+    sbx = new_sandbox(pids=32)
+    sid = sbx["id"]
+    rs.ok(run(sid, "marker = 'still here'"))
+
+    def bomb(code: str) -> dict | None:
+        events = run(sid, code)
+        if rs.done_of(events)["sandbox_state"] == "dead":
+            message = assert_died(api, sid, events, "pids")
+            assert "32" in message and "process" in message, message
+            return None
+        return probe(events)
+
+    popen = bomb(POPEN_BOMB)
+    if popen is None:
+        return
+    assert 0 < popen["popen"] < 32, popen
+    assert popen["error"] == "BlockingIOError", popen
+    # Every pid is taken: a thread cannot start either.
+    threads = bomb(THREAD_BOMB)
+    if threads is None:
+        return
+    assert threads == {"threads": 0, "error": "RuntimeError", "message": "can't start new thread"}, threads
+    rs.ok(run(sid, "for p in procs: p.kill(); p.wait()"))
+    # Pids free again: a pure thread bomb stops at the limit, cleanly.
+    threads = bomb(THREAD_BOMB)
+    if threads is None:
+        return
+    assert 0 < threads["threads"] < 32 and threads["error"] == "RuntimeError", threads
+    rs.ok(run(sid, "release.set()\nfor t in threads: t.join()"))
+    events = rs.ok(run(sid, "marker, 1 + 1"))
+    assert rs.result_of(events) == "('still here', 2)"
+    r = api.get(f"/v1/sandboxes/{sid}")
+    assert r.status_code == 200 and r.json()["state"] == "running" and r.json()["dead_reason"] is None
+
+
+def test_segfault_is_reported_as_crashed(api, new_sandbox, run):
+    sbx = new_sandbox()
+    rs.ok(run(sbx["id"], "x = 1"))
+    message = assert_died(api, sbx["id"], run(sbx["id"], "import ctypes; ctypes.string_at(0)"), "crashed")
+    assert "segmentation fault" in message
