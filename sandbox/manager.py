@@ -236,6 +236,8 @@ class SandboxManager:
                 yield event
                 if event.get("type") == "done":
                     handle.state["execution_count"] = event.get("execution_count")
+                    if event.get("expires_at"):  # the execute renewed the TTL: GET /v1/sandboxes shows it
+                        handle.state["expires_at"] = event["expires_at"]
                     if event.get("sandbox_state") in ENDED_STATES:
                         self._check_handle(handle)
                     return
