@@ -147,7 +147,8 @@ def cmd_lab(args) -> int:
     """Install the kernelspec into this environment and start JupyterLab with it."""
     from kernel.install import install_kernelspec
 
-    install_kernelspec(user=False, sys_prefix=True)
+    if not os.path.exists(os.path.join(sys.prefix, "share", "jupyter", "kernels", "sandbox", "kernel.json")):
+        install_kernelspec(user=False, sys_prefix=True)  # pip normally ships it already
     argv = [sys.executable, "-m", "jupyter", "lab", "--ip=127.0.0.1", f"--port={args.port}", "--no-browser"]
     if os.geteuid() == 0:
         argv.append("--allow-root")
