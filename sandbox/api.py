@@ -82,10 +82,8 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
         return JSONResponse({"status": "ok", "version": __version__})
 
     async def info(request: Request):
-        from .doctor import report
-
         return JSONResponse({"version": __version__, "state_dir": manager.state.root,
-                             "protections": report(config), "pool": manager.pool_status(),
+                             "protections": manager.protections, "pool": manager.pool_status(),
                              "sandboxes": len(manager.list())})
 
     async def openapi(request: Request):
@@ -125,7 +123,7 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
     async def execute(request: Request):
         handle = live(request)
         data = await body(request, schemas.EXECUTE)
-        events = manager.execute_stream(handle, data)
+        events = await manager.open_execute(handle, data)
 
         async def lines():
             async for event in events:
@@ -206,7 +204,8 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
             raise ApiError({"not_found": 404, "conflict": 409}.get(exc.code, 400), exc.code, str(exc)) from None
         # pooled sandboxes of that image are not "in use": end them with it
         for sandbox_id in list(manager.pool.pop(name, [])):
-            await manager.delete(sandbox_id, reason="its image was removed") if sandbox_id in manager.live else None
+            if sandbox_id in manager.live:
+                await manager.end(manager.live[sandbox_id], "its image was removed")
         return JSONResponse({"name": name, "deleted": True})
 
     sid = "/v1/sandboxes/{sandbox_id}"

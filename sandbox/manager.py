@@ -78,6 +78,7 @@ class SandboxManager:
         self.shutting_down = asyncio.Event()
         self.runtime_dir = ""
         self.bwrap_path: str | None = None
+        self.protections: list[dict] = []  # the doctor report the server started with
         self.root = os.geteuid() == 0
         self.disk_quota = disk.available()[0]
 
@@ -171,8 +172,8 @@ class SandboxManager:
         self.shutting_down.set()
         for task in self.tasks:
             task.cancel()
-        if self.config.delete_on_shutdown:
-            await asyncio.gather(*(self.delete(i, reason="the server shut down") for i in list(self.live)),
+        if self.config.delete_on_shutdown:  # claimed and pooled alike
+            await asyncio.gather(*(self.end(h, "the server shut down") for h in list(self.live.values())),
                                  return_exceptions=True)
 
     # -------------------------------------------------------- supervisor I/O
@@ -200,15 +201,29 @@ class SandboxManager:
             return self.gone_error(handle.id)
         return ApiError(503, "unavailable", f"sandbox {handle.id} is not answering")
 
-    async def execute_stream(self, handle: Handle, request: dict):
-        """Yield the events of one execute as the supervisor sends them."""
+    async def open_execute(self, handle: Handle, request: dict):
+        """Hand the execute to the supervisor, then return its events as an async iterator.
+
+        Connecting happens before the HTTP response starts, so a sandbox that cannot take
+        the request gets a proper 4xx/5xx instead of a stream cut short.
+        """
         try:
             reader, writer = await asyncio.open_unix_connection(handle.socket, limit=1 << 20)
-        except OSError:
+        except OSError as exc:
+            log.warning("cannot reach the supervisor of %s: %s", handle.id, exc)
             raise self._gone_or_unavailable(handle) from None
-        next_frame = None
         try:
             await write_frame(writer, {"op": "execute", **request})
+        except OSError as exc:
+            writer.close()
+            log.warning("cannot send to the supervisor of %s: %s", handle.id, exc)
+            raise self._gone_or_unavailable(handle) from None
+        return self._execute_events(handle, reader, writer)
+
+    async def _execute_events(self, handle: Handle, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        """Yield the events of one execute as the supervisor sends them."""
+        next_frame = None
+        try:
             while True:
                 next_frame = asyncio.ensure_future(read_frame(reader, 96 * 1024 * 1024))
                 stop = asyncio.ensure_future(self.shutting_down.wait())
@@ -457,18 +472,20 @@ class SandboxManager:
         return self.describe(handle)
 
     async def delete(self, sandbox_id: str, reason: str = "it was deleted") -> dict:
-        handle = self.get(sandbox_id) if sandbox_id in self.live else None
-        if handle is None:
-            self.get(sandbox_id)  # raises 404/410
+        handle = self.get(sandbox_id)  # 404/410 for unknown, ended and pooled ids
+        await self.end(handle, reason)
+        return {"id": sandbox_id, "state": "deleted"}
+
+    async def end(self, handle: Handle, reason: str) -> None:
+        """Delete one sandbox, claimed or pooled, and wait until its processes are gone."""
         try:
             await self.call(handle, {"op": "delete", "message": reason})
         except ApiError:
             pass
         await asyncio.to_thread(self._check_handle, handle, True)
-        if sandbox_id in self.live:  # the supervisor did not end: kill it and its sandbox
+        if handle.id in self.live:  # the supervisor did not end: kill it and its sandbox
             self._force_kill(handle)
             await asyncio.to_thread(self._check_handle, handle, True)
-        return {"id": sandbox_id, "state": "deleted"}
 
     def _force_kill(self, handle: Handle) -> None:
         import signal

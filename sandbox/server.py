@@ -87,6 +87,7 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
             return 2
     token = ensure_token(state, config.token)
     manager = SandboxManager(config)
+    manager.protections = items  # probed once: /v1/info must not spawn a bwrap per request
     manager.prepare(progress=out)
     app = build_app(manager, token)
     server = _Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level,

@@ -100,9 +100,9 @@ class Supervisor:
     def state_path(self) -> str:
         return os.path.join(self.dir, "state.json")
 
-    def save(self) -> None:
+    def save(self, durable: bool = True) -> None:
         self.state["updated_at"] = iso(time.time())
-        statefile.write_json(self.state_path, self.state)
+        statefile.write_json(self.state_path, self.state, durable=durable)
 
     def public_state(self) -> dict:
         s = dict(self.state)
@@ -198,7 +198,8 @@ class Supervisor:
         # command line, and the host paths in it are none of the sandbox's business.
         args_fd = _data_fd(b"".join(arg.encode() + b"\0" for arg in options[1:]))
         keep.append(args_fd)
-        argv = [options[0], "--args", str(args_fd), *command]
+        bwrap_exe = options[0]
+        argv = ["bwrap", "--args", str(args_fd), *command]  # argv[0] too names no host path
         uid = spec.get("uid")
         cgroup = self.cgroup
 
@@ -213,11 +214,15 @@ class Supervisor:
                 os.setresuid(uid, uid, uid)
 
         self.proc = await asyncio.create_subprocess_exec(
-            *argv, pass_fds=keep, preexec_fn=in_child, env=env,
+            *argv, executable=bwrap_exe, pass_fds=keep, preexec_fn=in_child, env=env,
             stdin=subprocess_devnull(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )
         self.log_task = asyncio.create_task(self._keep_log(self.proc.stdout))
-        for fd in keep:
+        # The child has its copies now. The channel's socket object closes its own fd: an
+        # os.close() here would leave the object to close the same number again when it is
+        # collected, by then quite possibly the control socket's listener.
+        child_sock.close()
+        for fd in keep[1:]:
             os.close(fd)
         reader, self.channel_writer = await asyncio.open_unix_connection(sock=parent_sock)
         try:
@@ -572,7 +577,7 @@ class Supervisor:
                 self.state["execution_count"] = done["execution_count"]
             self.touch()
             if self.state["state"] == "running":
-                self.save()
+                self.save(durable=False)  # the count and expiry of a cell: atomic is enough
             if dropped:
                 await self._send(writer, client_gone, {"type": "stream", "name": "stderr",
                                                        "text": f"\n[sandbox: {dropped} bytes of output over the limit were dropped]\n"})

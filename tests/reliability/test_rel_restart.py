@@ -105,10 +105,6 @@ def test_sandboxes_survive_server_kill9_and_a_dead_supervisor_is_reported_lost(s
         assert r.content == payloads[survivor]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a sandbox whose supervisor was SIGKILLed while the server was down is buried as "
-    "'lost' but its cgroup directories (memory, pids, cpu: .../sandbox-kernel/<id>) are never "
-    "removed; SandboxManager.adopt/_bury only unmounts the workspace"))
 def test_a_lost_sandbox_leaves_no_cgroup_behind(spawn_server):
     """A supervisor killed hard cannot clean up after itself, so the server that finds it
     lost must: otherwise every such crash leaks cgroups for the life of the host."""

@@ -36,7 +36,8 @@ Probes:
 17. Airlock path tricks: planted symlinks, a directory swapped for a symlink, %2e%2e, %2F,
     absolute paths, NUL, a FIFO -> 4xx, never host content, host target untouched.
 18. Forged frames and sync markers in output, writes to every fd -> exact output, a real
-    done; a cell writing to the runtime's channel can only hurt its own sandbox; (xfail)
+    done; a cell writing to the runtime's channel can only hurt its own sandbox; garbage on it stops
+    that sandbox at once with the cause named
     garbage on that channel ends the execute promptly with the right cause.
 19. A cell that tries to outlive DELETE (double fork, setsid, nohup, ignored SIGTERM/SIGHUP):
     every host process gone, cgroups removed.
@@ -997,11 +998,6 @@ print("real output")
             f"{forged_done['execution_count']} (forged); next execute, other sandboxes, server unaffected")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "supervisor._read_runtime returns on a malformed frame (ProtocolError) or skips a huge declared length "
-    "(FrameTooLarge) and keeps nothing reading: the execute hangs until its timeout and is then reported as "
-    "timeout_killed 'ignored the interrupt'. Expected: the runtime is killed at once and the cause named "
-    "(protocol violation)"))
 def test_p18_channel_garbage_is_reported_promptly(hostile):
     api = hostile.api
     sid = api.create()["id"]
@@ -1016,6 +1012,9 @@ print("after the garbage")
         done = done_of(events)
         evalues = " ".join(e["evalue"] for e in of_type(events, "error"))
         assert done["reason"] != "timeout_killed" and "ignored the interrupt" not in evalues, (done, evalues)
+        # The runtime never sends a malformed frame: the sandbox is stopped and the cause named.
+        assert done["reason"] == "protocol" and done["sandbox_state"] == "dead", done
+        assert "protocol" in evalues, evalues
     finally:
         api.delete(sid)
 

@@ -1,0 +1,1 @@
+"""Benchmarks of sandbox-kernel against its baselines; run with `python -m bench` (see README.md)."""
