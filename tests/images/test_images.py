@@ -128,3 +128,30 @@ def test_cli_lists_images(sandbox_server, tiny_image):
     assert out.returncode == 0, out.stderr
     line = next(l for l in out.stdout.splitlines() if l.startswith("tiny "))
     assert PACKAGE in line
+
+
+def test_kernel_runs_on_the_image_its_kernelspec_names(sandbox_server, tiny_image, api, tmp_path, monkeypatch):
+    """`sandbox-kernel install --image tiny` gives a kernel whose sandbox has the package."""
+    import pathlib
+
+    from jupyter_client.manager import start_new_kernel
+
+    import sandbox_test_support as support
+    from kernel.install import install_kernelspec
+
+    spec_dir = pathlib.Path(install_kernelspec(prefix=str(tmp_path), image="tiny"))
+    spec = json.loads((spec_dir / "kernel.json").read_text())
+    assert spec["display_name"] == "Python (sandbox: tiny)"
+    env = support.kernel_environ(sandbox_server, tmp_path / "share" / "jupyter")
+    monkeypatch.setenv("JUPYTER_PATH", env["JUPYTER_PATH"])  # where this process looks the spec up
+    km, kc = start_new_kernel(kernel_name=spec_dir.name, env=env, startup_timeout=120)
+    try:
+        run = support.run_cell(kc, "import six; print(six.__name__)", timeout=120)
+        assert run.status == "ok", run.errors
+        assert run.stdout.strip() == "six"
+        kernel_sandboxes = [s for s in api.get("/v1/sandboxes").json()["sandboxes"]
+                            if s["metadata"].get("kernel_pid") == km.provisioner.pid]
+        assert [s["image"] for s in kernel_sandboxes] == ["tiny"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
