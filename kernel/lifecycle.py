@@ -342,7 +342,11 @@ class SandboxLifecycle:
                 for call in calls:
                     await run_magic(call, host)
                 if not rest:
-                    return ok_reply(self.last_count + 1)
+                    if silent or not store_history:
+                        return ok_reply(self.last_count + 1)
+                    # A cell of magics only still takes a number, as in IPython: a no-op in
+                    # the sandbox advances its count, which stays the one source of numbers.
+                    rest = "pass"
                 return await self._execute(sbx, rest, silent, store_history, out)
             except (SandboxGone, SandboxNotFound) as exc:
                 # Nothing of the cell ran in a gone sandbox: run it whole in a new one.

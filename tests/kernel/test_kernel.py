@@ -83,6 +83,15 @@ def test_silent_execution_publishes_nothing(kc):
     assert run_cell(kc, "z").result_text() == "5"
 
 
+def test_a_cell_of_magics_only_takes_its_own_number(kc):
+    first = run_cell(kc, "%sandbox")
+    second = run_cell(kc, "1 + 1")
+    n1, n2 = first.reply["content"]["execution_count"], second.reply["content"]["execution_count"]
+    assert first.status == "ok" and second.status == "ok"
+    assert n2 == n1 + 1, (n1, n2)
+    assert second.of_type("execute_result")[0]["content"]["execution_count"] == n2
+
+
 def test_execution_count_comes_from_the_sandbox(kc):
     first = run_cell(kc, "1")
     second = run_cell(kc, "2")
