@@ -56,18 +56,25 @@ CONTROL_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 
 
 class _OutWriter:
-    """A file-like object that turns writes into the cell's stream output."""
+    """A file-like object that turns writes into the cell's stream output, a line at a time
+    (print("a", "b") is four writes; one message each would flood IOPub)."""
 
     def __init__(self, out: t.Any, name: str) -> None:
         self.out, self.name = out, name
+        self.pending = ""
 
     def write(self, text: str) -> int:
-        if text:
-            self.out.stream(self.name, text)
+        self.pending += text
+        cut = self.pending.rfind("\n") + 1
+        if cut:
+            self.out.stream(self.name, self.pending[:cut])
+            self.pending = self.pending[cut:]
         return len(text)
 
     def flush(self) -> None:
-        pass
+        if self.pending:
+            self.out.stream(self.name, self.pending)
+            self.pending = ""
 
 
 class KernelFailure(Exception):
@@ -372,8 +379,11 @@ class SandboxLifecycle:
             raise KernelFailure("HostCellsDisabled", "%%host cells are switched off for this kernel "
                                 "(SANDBOX_KERNEL_HOST_CELLS=0); every cell runs in the sandbox")
         count = self.last_count + 1
-        with contextlib.redirect_stdout(_OutWriter(out, "stdout")), contextlib.redirect_stderr(_OutWriter(out, "stderr")):
+        stdout, stderr = _OutWriter(out, "stdout"), _OutWriter(out, "stderr")
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             value, error = await self.host_cells.run(code)
+        stdout.flush()
+        stderr.flush()
         if error is not None:
             out.send("error", error)
             return error_reply(count, error)

@@ -456,3 +456,28 @@ def test_nbclient_stops_at_a_failing_cell(kernel_env, tmp_path):
             nb, kernel_name="sandbox", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
         ).execute()
     assert nb.cells[1].outputs == []
+
+
+def test_host_cells_run_on_the_host_in_their_own_namespace(kc):
+    """%%host runs in the kernel process: it sees the host (not /workspace), keeps its own
+    variables, streams a line per message, and reports its errors like any cell."""
+    run_cell(kc, "inside = 'sandbox'")
+    first = run_cell(kc, "%%host\nimport os\nkept = 41\nprint('on', 'host', os.path.exists('/workspace'))\nkept + 1")
+    assert first.status == "ok", first.errors
+    streams = [m["content"]["text"] for m in first.of_type("stream")]
+    assert streams == ["on host False\n"]
+    assert first.of_type("execute_result")[0]["content"]["data"]["text/plain"] == "42"
+    second = run_cell(kc, "%%host\nprint(kept, 'inside' in globals())")
+    assert second.stdout == "41 False\n"
+    failing = run_cell(kc, "%%host\n1/0", stop_on_error=False)
+    assert failing.status == "error"
+    assert [e["ename"] for e in failing.errors] == ["ZeroDivisionError"]
+    assert run_cell(kc, "inside").result_text() == "'sandbox'"
+
+
+def test_host_cells_can_be_switched_off(start_kernel):
+    km, kc = start_kernel(SANDBOX_KERNEL_HOST_CELLS="0")
+    run = run_cell(kc, "%%host\nprint('should not run')", stop_on_error=False)
+    assert run.status == "error"
+    assert [e["ename"] for e in run.errors] == ["HostCellsDisabled"]
+    assert "should not run" not in run.stdout
