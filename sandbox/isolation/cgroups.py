@@ -80,26 +80,6 @@ def detect() -> CgroupSupport:
     return CgroupSupport(None, {}, "no writable cgroup hierarchy for this process")
 
 
-def remove_dir(directory: str) -> None:
-    """Kill whatever is left in one group directory and remove it (a no-op when it is gone)."""
-    if not directory.startswith(ROOT + "/") or not os.path.isdir(directory):
-        return
-    for _ in range(100):
-        pids = [int(p) for p in _read(os.path.join(directory, "cgroup.procs")).split()]
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.01)
-    try:
-        os.rmdir(directory)
-    except OSError:
-        pass
-
-
 def _write(path: str, value: str) -> None:
     with open(path, "w") as f:
         f.write(value)
@@ -126,6 +106,13 @@ class SandboxCgroup:
         elif support.version == "v2":
             parent = next(iter(support.parents.values()))
             self.dirs = {c: os.path.join(parent, GROUP_PREFIX, name) for c in support.parents}
+
+    @classmethod
+    def from_dirs(cls, dirs: list[str]) -> "SandboxCgroup":
+        """The groups a dead supervisor recorded, to empty and remove (only under ROOT)."""
+        group = cls(CgroupSupport(None, {}, "recorded"), "")
+        group.dirs = {str(i): d for i, d in enumerate(dirs) if d.startswith(ROOT + "/")}
+        return group
 
     @property
     def version(self) -> str | None:

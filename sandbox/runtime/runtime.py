@@ -249,8 +249,9 @@ def _text_stream(fd: int):
 def _close_inherited_fds(keep: set[int]) -> None:
     """Close every fd bwrap passed on but the runtime does not use, before any user code runs.
 
-    The supervisor hands bwrap O_PATH fds of host paths (its binary and bundled libraries);
-    left open, ``/proc/self/fd/N/..`` walks the host's filesystem from inside the sandbox.
+    Only the channel is meant to cross into the sandbox. Should any other fd ever leak in (an
+    fd of a host path would be a door: ``/proc/self/fd/N/..`` walks the host's tree), it is
+    closed here, before the first cell.
     """
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
