@@ -932,7 +932,9 @@ class Sandbox:
             try:
                 for line in response.iter_lines():
                     event = _parse_line(line)
-                    if event is None:
+                    if event is None or saw_done:
+                        # Read the stream to its end even after `done`: a response left
+                        # unread closes its connection, and the next cell pays for a new one.
                         continue
                     execution._apply(event)
                     for fn, arg in _callbacks_for(
@@ -941,7 +943,6 @@ class Sandbox:
                         fn(arg)
                     if event.get("type") == "done":
                         saw_done = True
-                        break
             except httpx.TransportError as exc:
                 if not saw_done:
                     raise _transport_error(exc, tr.config) from exc
@@ -1273,7 +1274,9 @@ class AsyncSandbox:
             try:
                 async for line in response.aiter_lines():
                     event = _parse_line(line)
-                    if event is None:
+                    if event is None or saw_done:
+                        # Read the stream to its end even after `done`: a response left
+                        # unread closes its connection, and the next cell pays for a new one.
                         continue
                     execution._apply(event)
                     for fn, arg in _callbacks_for(
@@ -1282,7 +1285,6 @@ class AsyncSandbox:
                         await _call(fn, arg)
                     if event.get("type") == "done":
                         saw_done = True
-                        break
             except httpx.TransportError as exc:
                 if not saw_done:
                     raise _transport_error(exc, tr.config) from exc
