@@ -17,6 +17,7 @@ import typing as t
 from fnmatch import fnmatchcase
 
 from ipykernel.kernelbase import Kernel
+from traitlets import Float
 
 from . import __version__
 from .config import SandboxSettings
@@ -81,6 +82,11 @@ class SandboxKernel(SandboxSettings, Kernel):
         {"text": "Python Reference", "url": "https://docs.python.org/3/"},
         {"text": "IPython Reference", "url": "https://ipython.readthedocs.io/en/stable/"},
     ]
+
+    # ipykernel sleeps this long before every execute_reply, as a guard for output still in
+    # OutStream buffers. This kernel has none (see `app`): its cell output is published
+    # before the reply, on the same IOPub queue, so the sleep would be pure latency.
+    _execute_sleep = Float(0.0).tag(config=True)
 
     def __init__(self, **kwargs: t.Any) -> None:
         super().__init__(**kwargs)

@@ -1,0 +1,39 @@
+"""The kernel process: ipykernel's application, minus the parts a wrapper kernel has no use for."""
+
+from __future__ import annotations
+
+from ipykernel.kernelapp import IPKernelApp
+from traitlets import DottedObjectName
+
+from .kernel import SandboxKernel
+
+
+class SandboxKernelApp(IPKernelApp):
+    """IPKernelApp without the parts that cost every cell and serve no wrapper kernel.
+
+    It leaves the process's own stdout and stderr alone. Cell output comes from the
+    sandbox and is published message by message; nothing a cell does writes to this
+    process's streams. ipykernel would still replace them with `OutStream`s (and watch
+    fds 1 and 2 with a thread), and every execute_request then flushes both with a round
+    trip to the IOPub thread: a cost on every cell for output that never exists. Left
+    alone, whatever this process prints (warnings, logs) goes to the kernel's log, where
+    it belongs, rather than into someone's notebook.
+    """
+
+    outstream_class = DottedObjectName(None, allow_none=True).tag(config=True)
+
+    def init_sockets(self) -> None:
+        """No shell-channel thread: shell messages are handled on the main loop itself.
+
+        ipykernel 7 reads the shell socket in a thread of its own, to route messages to
+        subshells, and hands each one to the main thread and each reply back over inproc
+        sockets: two thread hops per request. Subshells let a kernel run code concurrently
+        with a running cell; a sandbox runs one cell at a time, so this kernel does not
+        offer them (kernel_info then leaves "kernel subshells" out of its features).
+        """
+        super().init_sockets()
+        self.shell_channel_thread = None
+
+
+def main() -> None:
+    SandboxKernelApp.launch_instance(kernel_class=SandboxKernel)
