@@ -31,7 +31,8 @@ import typing as t
 import httpx
 import pytest
 
-import sandbox_test_support as support
+import support
+from support import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts" / "browser"
@@ -151,7 +152,7 @@ def _user_settings(settings_dir: pathlib.Path) -> None:
     (target / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
 
 
-def start_lab(server: support.TestServer, workdir: pathlib.Path) -> Lab:
+def start_lab(server: support.Server, workdir: pathlib.Path) -> Lab:
     root = workdir / "notebooks"
     (root / "data").mkdir(parents=True)
     shutil.copy(REPO / "notebooks" / "data" / "campaign_weeks.csv", root / "data" / "campaign_weeks.csv")
@@ -284,21 +285,10 @@ def sandboxes_of(api: httpx.Client, kernel_pids: set[int]) -> dict[str, dict]:
     }
 
 
-def wait_for(predicate: t.Callable[[], t.Any], timeout: float, what: str) -> t.Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.5)
-
-
 # --------------------------------------------------------------------------- the test
 
 
-def test_jupyterlab_notebook_with_the_sandbox_kernel(sandbox_server: support.TestServer, api: httpx.Client) -> None:
+def test_jupyterlab_notebook_with_the_sandbox_kernel(sandbox_server: support.Server, api: httpx.Client) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -368,7 +358,8 @@ def run_the_notebook(page: t.Any, lab: Lab, api: httpx.Client, seen: dict[str, d
     # its relative path, so the same read_csv works in both places.
     out = nb.run(0, "%push data/campaign_weeks.csv")
     assert re.search(r"pushed data/campaign_weeks\.csv → /workspace/data/campaign_weeks\.csv \(234 B\)", out), out
-    first = wait_for(lambda: sandboxes_of(api, lab.kernel_pids()), 30, "the kernel's sandbox in the listing")
+    first = wait_for(lambda: sandboxes_of(api, lab.kernel_pids()), 30, interval=0.5)
+    assert first, "timed out after 30 s waiting for the kernel's sandbox in the listing"
     assert len(first) == 1, first
     seen.update(first)
     (first_id,) = first
@@ -432,11 +423,12 @@ def run_the_notebook(page: t.Any, lab: Lab, api: httpx.Client, seen: dict[str, d
     nb.wait_status("idle", KERNEL_START_MS)
     out = nb.run(5, "df")
     assert "NameError" in out and "'df' is not defined" in out, out
-    after = wait_for(lambda: sandboxes_of(api, lab.kernel_pids()), 30, "the restarted kernel's sandbox")
+    after = wait_for(lambda: sandboxes_of(api, lab.kernel_pids()), 30, interval=0.5)
+    assert after, "timed out after 30 s waiting for the restarted kernel's sandbox"
     seen.update(after)
     assert first_id not in after and len(after) == 1, f"before restart {first_id}, after {sorted(after)}"
-    wait_for(lambda: api.get(f"/v1/sandboxes/{first_id}").status_code == 410, 30,
-             f"the old sandbox {first_id} to be deleted by the restart")
+    assert wait_for(lambda: api.get(f"/v1/sandboxes/{first_id}").status_code == 410, 30, interval=0.5), \
+        f"timed out after 30 s waiting for the old sandbox {first_id} to be deleted by the restart"
     r = api.get(f"/v1/sandboxes/{first_id}")
     assert "was deleted" in r.json()["error"]["message"], r.text
     nb.shot("05-restarted-nameerror.png")

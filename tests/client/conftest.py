@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "kernel"))
-
-import sandbox_test_support as support  # noqa: E402
+import support
 
 
 @pytest.fixture
-def server(sandbox_server: support.TestServer) -> support.TestServer:
+def server(sandbox_server: support.Server) -> support.Server:
     return sandbox_server

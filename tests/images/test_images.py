@@ -14,16 +14,13 @@ import sys
 
 import pytest
 
+import support
+
 PACKAGE = "six"
 
 
 def build(api, **fields) -> tuple[list[dict], dict]:
-    events = []
-    with api.stream("POST", "/v1/images", json=fields, timeout=600) as r:
-        assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line:
-                events.append(json.loads(line))
+    events = support.stream_events(api, "POST", "/v1/images", json=fields, timeout=600)
     assert events and events[-1]["type"] == "done"
     return events[:-1], events[-1]
 
@@ -136,7 +133,6 @@ def test_kernel_runs_on_the_image_its_kernelspec_names(sandbox_server, tiny_imag
 
     from jupyter_client.manager import start_new_kernel
 
-    import sandbox_test_support as support
     from kernel.install import install_kernelspec
 
     spec_dir = pathlib.Path(install_kernelspec(prefix=str(tmp_path), image="tiny"))

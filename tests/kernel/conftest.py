@@ -2,21 +2,18 @@
 server (`sandbox_server`, from tests/conftest.py).
 
 No mocks: every test talks to `python -m sandbox serve` through the real kernel process.
-The machinery lives in sandbox_test_support.py.
+The machinery lives in tests/support.py.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
-import sys
 import typing as t
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-
-import sandbox_test_support as support  # noqa: E402
+import support
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +23,7 @@ def jupyter_data() -> t.Iterator[pathlib.Path]:
 
 
 @pytest.fixture(scope="session")
-def kernel_env(sandbox_server: support.TestServer, jupyter_data: pathlib.Path) -> t.Iterator[dict[str, str]]:
+def kernel_env(sandbox_server: support.Server, jupyter_data: pathlib.Path) -> t.Iterator[dict[str, str]]:
     """Points this process (and so the kernels it starts) at the test server.
 
     Set in os.environ because jupyter_kernel_test starts its kernel itself, with our
@@ -72,5 +69,5 @@ def kc(kernel: tuple[t.Any, t.Any]) -> t.Any:
 
 
 @pytest.fixture
-def client_env(sandbox_server: support.TestServer) -> dict[str, str]:
+def client_env(sandbox_server: support.Server) -> dict[str, str]:
     return sandbox_server.env

@@ -8,26 +8,15 @@ it never touches a server on the real default port.
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
 import signal
 import time
 
 import httpx
 import pytest
-from sandbox_test_support import (
-    end_supervisors,
-    free_port,
-    kernel_environ,
-    make_state_dir,
-    run_cell,
-    unmount_leftovers,
-    with_repo_on_path,
-)
+from support import START_TIMEOUT, Server, kernel_environ, make_state_dir, run_cell, sweep, with_repo_on_path
 
 pytestmark = pytest.mark.slow
-
-START_TIMEOUT = float(os.environ.get("SANDBOX_KERNEL_TEST_START_TIMEOUT", "900"))
 
 
 def stop_started_server(url: str, state_dir) -> None:
@@ -59,24 +48,13 @@ def stop_started_server(url: str, state_dir) -> None:
             pass
 
 
-def share_built_images(source_state: pathlib.Path, state: pathlib.Path) -> None:
-    """Let the new server use the session server's built images instead of building its
-    own (minutes): images are read-only once built (sandbox/paths.py)."""
-    images = source_state / "images"
-    if (images / "default" / "image.json").exists():
-        state.mkdir(mode=0o711)
-        (state / "images").symlink_to(images, target_is_directory=True)
-
-
 def test_two_kernels_start_one_server_and_both_work(jupyter_data, sandbox_server, tmp_path):
     from jupyter_client.manager import KernelManager
-    from sandbox_test_support import TestServer
 
-    state = make_state_dir("sbk-test-embedded-") / "state"
-    share_built_images(sandbox_server.state_dir, state)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = kernel_environ(TestServer(url, "", state), jupyter_data)
+    state = make_state_dir("sbk-test-embedded-", images_from=sandbox_server.state_dir)
+    server = Server(state)  # where the kernels will start theirs: never started here
+    url = server.url
+    env = kernel_environ(server, jupyter_data)
     env.pop("SANDBOX_KERNEL_TOKEN", None)  # the kernels must find the server's token file
     env.update(SANDBOX_KERNEL_START_SERVER="1", SANDBOX_KERNEL_STATE_DIR=str(state))
     env = with_repo_on_path(env)
@@ -110,6 +88,5 @@ def test_two_kernels_start_one_server_and_both_work(jupyter_data, sandbox_server
             kc.stop_channels()
             km.shutdown_kernel(now=False)
         stop_started_server(url, state)
-        end_supervisors(state)
-        unmount_leftovers(state)
-        shutil.rmtree(state.parent, ignore_errors=True)
+        sweep(state)
+        shutil.rmtree(state, ignore_errors=True)

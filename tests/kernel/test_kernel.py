@@ -11,8 +11,7 @@ import typing as t
 from queue import Empty
 
 import pytest
-import sandbox_test_support as support
-from sandbox_test_support import free_port, run_cell, shell_request
+from support import free_port, run_cell, shell_request
 
 from sandbox.client import Sandbox, SandboxGone, SandboxNotFound, list_sandboxes
 
@@ -325,8 +324,8 @@ def test_server_restart_mid_session_keeps_the_sandbox(kc, sandbox_server):
     if sandbox_server.proc is None:
         pytest.skip("the server is not this session's to restart")
     assert run_cell(kc, "kept = 7").status == "ok"
-    support.stop_process(sandbox_server)
-    restart = threading.Timer(3.0, support.spawn_server, args=(sandbox_server,))
+    sandbox_server.terminate()
+    restart = threading.Timer(3.0, sandbox_server.start)
     restart.start()
     try:
         run = run_cell(kc, "kept", timeout=120)

@@ -6,7 +6,7 @@ the `sandbox` kernel, with the notebook's directory as the working directory.
 
     .venv/bin/python tests/notebooks/record_outputs.py [NOTEBOOK ...]
 
-The server is the test suite's (see tests/kernel/sandbox_test_support.py): the one at
+The server is the test suite's (see tests/support.py): the one at
 SANDBOX_KERNEL_TEST_URL / SANDBOX_KERNEL_TEST_TOKEN if set, else one started for the run.
 """
 
@@ -21,9 +21,9 @@ import typing as t
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 NOTEBOOKS = REPO / "notebooks"
-sys.path.insert(0, str(REPO / "tests" / "kernel"))
+sys.path.insert(0, str(REPO / "tests"))
 
-import sandbox_test_support as support  # noqa: E402
+import support  # noqa: E402
 
 
 def coalesce_streams(nb: t.Any) -> None:
@@ -65,7 +65,7 @@ def record(path: pathlib.Path) -> float:
 
 def main(argv: list[str]) -> int:
     paths = [pathlib.Path(p).resolve() for p in argv] or sorted(NOTEBOOKS.glob("*.ipynb"))
-    server = support.get_server()
+    server = support.start_session_server()
     try:
         os.environ.update(support.kernel_environ(server, support.install_kernelspec()))
         for path in paths:
@@ -73,8 +73,8 @@ def main(argv: list[str]) -> int:
             print(f"{path}: recorded in {seconds:.1f} s", flush=True)
     finally:
         support.remove_kernelspec()
-        if not os.environ.get("SANDBOX_KERNEL_TEST_URL"):
-            support.stop_server(server)
+        if not server.external:
+            server.close()
     return 0
 
 

@@ -29,7 +29,7 @@ import httpx
 import nbformat
 import pytest
 
-import sandbox_test_support as support
+import support
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
@@ -41,7 +41,7 @@ NBVAL_TIMEOUT = 900
 
 
 @pytest.fixture(scope="module")
-def nbval_env(sandbox_server: support.TestServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def nbval_env(sandbox_server: support.Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of the nbval subprocess (and so of its kernels): the session's
     server, and the kernelspec installed where jupyter_client looks."""
     from kernel.install import install_kernelspec
@@ -92,7 +92,7 @@ def code_cell_count(path: pathlib.Path) -> int:
     return sum(c.cell_type == "code" for c in nbformat.read(path, as_version=4).cells)
 
 
-def live_sandboxes(server: support.TestServer) -> dict[str, dict[str, t.Any]]:
+def live_sandboxes(server: support.Server) -> dict[str, dict[str, t.Any]]:
     r = httpx.get(f"{server.url}/v1/sandboxes", headers={"Authorization": f"Bearer {server.token}"}, timeout=30)
     r.raise_for_status()
     return {s["id"]: s for s in r.json()["sandboxes"]}
@@ -106,7 +106,7 @@ def pid_alive(pid: t.Any) -> bool:
     return True
 
 
-def reap_killed_kernels_sandboxes(server: support.TestServer, before: set[str]) -> list[str]:
+def reap_killed_kernels_sandboxes(server: support.Server, before: set[str]) -> list[str]:
     """Delete the sandboxes of kernels nbval killed; returns whatever else was left.
 
     nbval stops each kernel with shutdown_kernel(now=True), a SIGKILL the kernel cannot
@@ -127,7 +127,7 @@ def reap_killed_kernels_sandboxes(server: support.TestServer, before: set[str]) 
 
 
 @pytest.mark.timeout(NBVAL_TIMEOUT + 60)
-def test_notebooks_pass_nbval(sandbox_server: support.TestServer, nbval_env: dict[str, str]) -> None:
+def test_notebooks_pass_nbval(sandbox_server: support.Server, nbval_env: dict[str, str]) -> None:
     """Every notebook re-runs through the sandbox kernel with the outputs it stores; no
     cell is skipped, and no notebook leaves a sandbox of its own running."""
     notebooks = sorted(NOTEBOOKS.glob("*.ipynb"))
@@ -174,7 +174,7 @@ def _change_formula(workdir: pathlib.Path) -> str:
 @pytest.mark.timeout(NBVAL_TIMEOUT + 60)
 @pytest.mark.parametrize("change", [_change_data, _change_formula], ids=["data", "formula"])
 def test_changed_answer_fails_validation(
-    sandbox_server: support.TestServer,
+    sandbox_server: support.Server,
     nbval_env: dict[str, str],
     tmp_path: pathlib.Path,
     change: t.Callable[[pathlib.Path], str],

@@ -4,6 +4,7 @@ that borrow the session server's built image instead of building one each."""
 from __future__ import annotations
 
 import pathlib
+import secrets
 import shutil
 import sys
 import typing as t
@@ -12,38 +13,40 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
-import reliability_support as rs  # noqa: E402
+import support  # noqa: E402
+
+# A server on a borrowed image starts in about a second: one that takes minutes is broken.
+START_TIMEOUT = 120.0
 
 
 @pytest.fixture(scope="session")
 def image_source(sandbox_server) -> t.Iterator[pathlib.Path]:
     """A state directory with a built default image: the session server's, else one built here."""
-    if rs.has_default_image(sandbox_server.state_dir):
+    if support.has_default_image(sandbox_server.state_dir):
         yield sandbox_server.state_dir
         return
-    state = rs.make_state_dir(None, prefix="sk-rel-images-")
+    state = support.make_state_dir("sk-rel-images-")
     try:
-        rs.build_default_image(state)
+        support.build_default_image(state)
         yield state
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture
-def spawn_server(image_source: pathlib.Path) -> t.Iterator[t.Callable[..., rs.Server]]:
-    """spawn_server(*serve_args, start=True) -> a started Server on a fresh state directory;
-    everything it and its sandboxes left is removed afterwards."""
-    made: list[rs.Server] = []
+def spawn_server(image_source: pathlib.Path) -> t.Iterator[t.Callable[..., support.Server]]:
+    """spawn_server(*serve_args) -> a started Server on a fresh state directory; everything
+    it and its sandboxes left is removed afterwards."""
+    made: list[support.Server] = []
 
-    def spawn(*args: str, start: bool = True) -> rs.Server:
-        server = rs.Server(rs.make_state_dir(image_source), *args)
+    def spawn(*args: str) -> support.Server:
+        state = support.make_state_dir("sk-rel-", images_from=image_source)
+        server = support.Server(state, "--pool-size", "0", "--log-level", "info", *args,
+                                token=secrets.token_hex(16), start_timeout=START_TIMEOUT)
         made.append(server)
-        if start:
-            server.start()
+        server.start()
         return server
 
     yield spawn
     for server in made:
-        server.stop()
-        rs.sweep(server.state_dir)
-        shutil.rmtree(server.state_dir, ignore_errors=True)
+        server.close()

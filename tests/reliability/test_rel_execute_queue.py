@@ -11,11 +11,12 @@ import time
 import httpx
 
 import reliability_support as rs
+import support
 
 
 def test_concurrent_executes_run_once_each_in_arrival_order(sandbox_server, new_sandbox, run):
     sid = new_sandbox()["id"]
-    rs.ok(run(sid, "order = []"))
+    support.ok(run(sid, "order = []"))
     results: dict[str, tuple[float, list[dict]]] = {}
     failures: list[BaseException] = []
 
@@ -23,7 +24,7 @@ def test_concurrent_executes_run_once_each_in_arrival_order(sandbox_server, new_
         try:
             with httpx.Client(base_url=sandbox_server.url, timeout=httpx.Timeout(10, read=60),
                               headers={"Authorization": f"Bearer {sandbox_server.token}"}) as c:
-                events = rs.execute(c, sid, code)
+                events = support.execute(c, sid, code)
             results[name] = (time.monotonic(), events)
         except BaseException as exc:  # reported by the main thread
             failures.append(exc)
@@ -37,11 +38,11 @@ def test_concurrent_executes_run_once_each_in_arrival_order(sandbox_server, new_
     second.join(60)
     assert not failures, failures
     assert set(results) == {"a", "b"}
-    done_a = rs.done_of(rs.ok(results["a"][1]))
-    done_b = rs.done_of(rs.ok(results["b"][1]))
+    done_a = support.done_of(support.ok(results["a"][1]))
+    done_b = support.done_of(support.ok(results["b"][1]))
     assert done_a["execution_count"] + 1 == done_b["execution_count"]
     assert results["a"][0] < results["b"][0]
-    assert rs.result_of(rs.ok(run(sid, "order"))) == "['a', 'b']"
+    assert support.result_text(support.ok(run(sid, "order"))) == "['a', 'b']"
 
 
 def test_client_disconnect_interrupts_its_cell(sandbox_server, new_sandbox, run):
@@ -55,9 +56,9 @@ def test_client_disconnect_interrupts_its_cell(sandbox_server, new_sandbox, run)
                     break
         # leaving both contexts closes the connection with the cell still sleeping
     began = time.monotonic()
-    events = rs.ok(run(sid, "1 + 1"))
+    events = support.ok(run(sid, "1 + 1"))
     waited = time.monotonic() - began
-    assert rs.result_of(events) == "2"
+    assert support.result_text(events) == "2"
     assert waited < 20, f"the next execute waited {waited:.1f} s: the abandoned cell was not interrupted"
     # Interrupted, not finished; the sandbox kept its state.
-    assert rs.result_of(rs.ok(run(sid, "started, 'finished' in globals()"))) == "(True, False)"
+    assert support.result_text(support.ok(run(sid, "started, 'finished' in globals()"))) == "(True, False)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-import reliability_support as rs
+import support
 
 OOM = "chunks = [bytes([1]) * (64 << 20) for _ in range(16)]  # 1 GiB, every page touched"
 
@@ -39,14 +39,14 @@ print(json.dumps({"threads": len(threads), "error": type(terr).__name__, "messag
 
 
 def probe(events: list[dict]) -> dict:
-    rs.ok(events)
-    return json.loads(rs.stdout_of(events).strip().splitlines()[-1])
+    support.ok(events)
+    return json.loads(support.stream_text(events).strip().splitlines()[-1])
 
 
 def assert_died(api, sandbox_id: str, events: list[dict], reason: str) -> str:
     """The sandbox-died shape of an execute, and the 410 after it; returns the message."""
-    done = rs.done_of(events)
-    errors = rs.errors_of(events)
+    done = support.done_of(events)
+    errors = support.of_type(events, "error")
     assert len(errors) == 1 and errors[0]["ename"] == "SandboxDied", events
     assert done["status"] == "error" and done["reason"] == reason and done["sandbox_state"] == "dead", done
     r = api.get(f"/v1/sandboxes/{sandbox_id}")
@@ -72,11 +72,11 @@ def test_pids_limit_gives_clean_errors_or_a_pids_death(api, new_sandbox, run):
     RuntimeError("can't start new thread")."""
     sbx = new_sandbox(pids=32)
     sid = sbx["id"]
-    rs.ok(run(sid, "marker = 'still here'"))
+    support.ok(run(sid, "marker = 'still here'"))
 
     def bomb(code: str) -> dict | None:
         events = run(sid, code)
-        if rs.done_of(events)["sandbox_state"] == "dead":
+        if support.done_of(events)["sandbox_state"] == "dead":
             message = assert_died(api, sid, events, "pids")
             assert "32" in message and "process" in message, message
             return None
@@ -92,21 +92,21 @@ def test_pids_limit_gives_clean_errors_or_a_pids_death(api, new_sandbox, run):
     if threads is None:
         return
     assert threads == {"threads": 0, "error": "RuntimeError", "message": "can't start new thread"}, threads
-    rs.ok(run(sid, "for p in procs: p.kill(); p.wait()"))
+    support.ok(run(sid, "for p in procs: p.kill(); p.wait()"))
     # Pids free again: a pure thread bomb stops at the limit, cleanly.
     threads = bomb(THREAD_BOMB)
     if threads is None:
         return
     assert 0 < threads["threads"] < 32 and threads["error"] == "RuntimeError", threads
-    rs.ok(run(sid, "release.set()\nfor t in threads: t.join()"))
-    events = rs.ok(run(sid, "marker, 1 + 1"))
-    assert rs.result_of(events) == "('still here', 2)"
+    support.ok(run(sid, "release.set()\nfor t in threads: t.join()"))
+    events = support.ok(run(sid, "marker, 1 + 1"))
+    assert support.result_text(events) == "('still here', 2)"
     r = api.get(f"/v1/sandboxes/{sid}")
     assert r.status_code == 200 and r.json()["state"] == "running" and r.json()["dead_reason"] is None
 
 
 def test_segfault_is_reported_as_crashed(api, new_sandbox, run):
     sbx = new_sandbox()
-    rs.ok(run(sbx["id"], "x = 1"))
+    support.ok(run(sbx["id"], "x = 1"))
     message = assert_died(api, sbx["id"], run(sbx["id"], "import ctypes; ctypes.string_at(0)"), "crashed")
     assert "segmentation fault" in message

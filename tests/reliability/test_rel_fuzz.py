@@ -19,7 +19,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import reliability_support as rs
+import support
 
 pytestmark = pytest.mark.slow
 
@@ -35,10 +35,10 @@ def test_fuzzed_requests_never_get_a_5xx_and_the_server_keeps_serving(sandbox_se
     schema = schemathesis.openapi.from_url(sandbox_server.url + "/v1/openapi.json",
                                            headers={"Authorization": f"Bearer {sandbox_server.token}"})
     with server.client() as c:
-        bystander = rs.create(c)["id"]
-        target = rs.create(c)["id"]
-        rs.ok(rs.execute(c, bystander, "kept = 'bystander'"))
-        rs.ok(rs.execute(c, target, "kept = 'target'"))
+        bystander = support.create(c)["id"]
+        target = support.create(c)["id"]
+        support.ok(support.execute(c, bystander, "kept = 'bystander'"))
+        support.ok(support.execute(c, target, "kept = 'target'"))
     server_pid = server.proc.pid
 
     server_errors: list[str] = []
@@ -105,8 +105,8 @@ def test_fuzzed_requests_never_get_a_5xx_and_the_server_keeps_serving(sandbox_se
     assert server.running and server.proc.pid == server_pid and server.healthy()
     assert "unexpected error" not in server.log_path.read_text(errors="replace")
     with server.client() as c:
-        events = rs.ok(rs.execute(c, bystander, "kept"))
-        assert rs.result_of(events) == "'bystander'"
+        events = support.ok(support.execute(c, bystander, "kept"))
+        assert support.result_text(events) == "'bystander'"
         listed = {s["id"] for s in c.get("/v1/sandboxes").json()["sandboxes"]}
         assert bystander in listed and not (set(created) & listed)
         r = c.get(f"/v1/sandboxes/{target}")

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-import reliability_support as rs
+import support
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def test_eight_clients_25_cells_each_get_exactly_their_own_output(sandbox_server
     def make() -> None:
         try:
             with httpx.Client(base_url=sandbox_server.url, headers=headers, timeout=120) as c:
-                sid = rs.create(c)["id"]
+                sid = support.create(c)["id"]
             with lock:
                 ids.append(sid)
         except BaseException as exc:
@@ -59,10 +59,10 @@ def test_eight_clients_25_cells_each_get_exactly_their_own_output(sandbox_server
                     start.wait(60)
                     for i in range(CELLS):
                         began = time.monotonic()
-                        events = rs.ok(rs.execute(c, sid, f"x = {i}; print('{sid}:{i}')"))
+                        events = support.ok(support.execute(c, sid, f"x = {i}; print('{sid}:{i}')"))
                         took = time.monotonic() - began
-                        outputs[sid].append(rs.stdout_of(events))
-                        counts[sid].append(rs.done_of(events)["execution_count"])
+                        outputs[sid].append(support.stream_text(events))
+                        counts[sid].append(support.done_of(events)["execution_count"])
                         with lock:
                             latencies.append(took)
             except BaseException as exc:
@@ -79,7 +79,7 @@ def test_eight_clients_25_cells_each_get_exactly_their_own_output(sandbox_server
         for sid in ids:
             assert outputs[sid] == [f"{sid}:{i}\n" for i in range(CELLS)]
             assert counts[sid] == list(range(counts[sid][0], counts[sid][0] + CELLS))
-            assert rs.result_of(rs.ok(rs.execute(api, sid, "x"))) == str(CELLS - 1)
+            assert support.result_text(support.ok(support.execute(api, sid, "x"))) == str(CELLS - 1)
         q = statistics.quantiles(latencies, n=100)
         print(f"\nload: {SANDBOXES} sandboxes x {CELLS} cells in {wall:.2f} s "
               f"({len(latencies) / wall:.0f} cells/s); latency p50 {q[49] * 1000:.1f} ms, "

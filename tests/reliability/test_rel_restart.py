@@ -14,6 +14,7 @@ import signal
 import pytest
 
 import reliability_support as rs
+import support
 
 pytestmark = pytest.mark.slow
 
@@ -25,21 +26,18 @@ df = pd.DataFrame({"n": [1, 2, 3], "s": ["a", "b", "%s"]})
 CHECK = "import json; print(json.dumps({'shape': list(df.shape), 's': list(df['s']), 'sum': int(df['n'].sum())}))"
 
 
-def sandbox_dir(server: rs.Server, sandbox_id: str):
-    return server.state_dir / "sandboxes" / sandbox_id
-
-
-def runtime_alive(server: rs.Server, sandbox_id: str) -> bool:
-    return any(rs.is_runtime(cmd) for cmd in rs.processes_of(sandbox_dir(server, sandbox_id), [sandbox_id]).values())
+def runtime_alive(server: support.Server, sandbox_id: str) -> bool:
+    processes = support.processes_of(support.sandbox_dir(server, sandbox_id), [sandbox_id])
+    return any(support.is_runtime(cmd) for cmd in processes.values())
 
 
 def test_sandboxes_survive_server_kill9_and_a_dead_supervisor_is_reported_lost(spawn_server):
     server = spawn_server()
     payloads: dict[str, bytes] = {}
     with server.client() as c:
-        ids = [rs.create(c)["id"] for _ in range(2)]
+        ids = [support.create(c)["id"] for _ in range(2)]
         for sid in ids:
-            rs.ok(rs.execute(c, sid, SETUP % sid))
+            support.ok(support.execute(c, sid, SETUP % sid))
             payloads[sid] = os.urandom(256 * 1024) + sid.encode()
             r = c.put(f"/v1/sandboxes/{sid}/files/data/blob.bin", content=payloads[sid])
             assert r.status_code == 201, r.text
@@ -48,12 +46,13 @@ def test_sandboxes_survive_server_kill9_and_a_dead_supervisor_is_reported_lost(s
             r = c.get(f"/v1/sandboxes/{sid}")
             assert r.status_code == 200, r.text
             before[sid] = r.json()
-    supervisors = {sid: rs.supervisor_pid(server.state_dir, sid) for sid in ids}
+    supervisors = {sid: support.supervisor_pid(server, sid) for sid in ids}
 
     server.kill9()
     assert not server.healthy()
     for sid, pid in supervisors.items():
-        assert rs.is_supervisor(pid, sandbox_dir(server, sid)), f"supervisor {pid} of {sid} died with the server"
+        assert support.is_supervisor(pid, support.sandbox_dir(server, sid)), \
+            f"supervisor {pid} of {sid} died with the server"
         assert runtime_alive(server, sid), f"the runtime of {sid} died with the server"
 
     restart_seconds = server.start()
@@ -70,10 +69,10 @@ def test_sandboxes_survive_server_kill9_and_a_dead_supervisor_is_reported_lost(s
             assert got["expires_at"] == before[sid]["expires_at"]
             assert got["execution_count"] == before[sid]["execution_count"] == 1
         for sid in ids:
-            events = rs.ok(rs.execute(c, sid, "x + 1"))
-            assert rs.result_of(events) == "42"
-            events = rs.ok(rs.execute(c, sid, CHECK))
-            assert rs.stdout_of(events).strip() == '{"shape": [3, 2], "s": ["a", "b", "%s"], "sum": 6}' % sid
+            events = support.ok(support.execute(c, sid, "x + 1"))
+            assert support.result_text(events) == "42"
+            events = support.ok(support.execute(c, sid, CHECK))
+            assert support.stream_text(events).strip() == '{"shape": [3, 2], "s": ["a", "b", "%s"], "sum": 6}' % sid
             r = c.get(f"/v1/sandboxes/{sid}/files/data/blob.bin")
             assert r.status_code == 200
             assert r.content == payloads[sid]
@@ -82,10 +81,10 @@ def test_sandboxes_survive_server_kill9_and_a_dead_supervisor_is_reported_lost(s
     victim, survivor = ids
     server.kill9()
     os.kill(supervisors[victim], signal.SIGKILL)
-    assert rs.wait_for(lambda: not rs.pid_alive(supervisors[victim]), 10)
+    assert support.wait_for(lambda: not support.pid_alive(supervisors[victim]), 10)
     # --die-with-parent: the sandbox's processes end with their supervisor.
-    assert rs.wait_for(lambda: not rs.processes_of(sandbox_dir(server, victim), [victim]), 10), \
-        rs.processes_of(sandbox_dir(server, victim), [victim])
+    assert support.wait_for(lambda: not support.processes_of(support.sandbox_dir(server, victim), [victim]), 10), \
+        support.processes_of(support.sandbox_dir(server, victim), [victim])
     server.start()
     with server.client() as c:
         r = c.get(f"/v1/sandboxes/{victim}")
@@ -100,7 +99,7 @@ def test_sandboxes_survive_server_kill9_and_a_dead_supervisor_is_reported_lost(s
 
         r = c.get(f"/v1/sandboxes/{survivor}")
         assert r.status_code == 200 and r.json()["state"] == "running", r.text
-        assert rs.result_of(rs.ok(rs.execute(c, survivor, "x + 1"))) == "42"
+        assert support.result_text(support.ok(support.execute(c, survivor, "x + 1"))) == "42"
         r = c.get(f"/v1/sandboxes/{survivor}/files/data/blob.bin")
         assert r.content == payloads[survivor]
 
@@ -110,19 +109,19 @@ def test_a_lost_sandbox_leaves_no_cgroup_behind(spawn_server):
     lost must: otherwise every such crash leaks cgroups for the life of the host."""
     server = spawn_server()
     with server.client() as c:
-        sid = rs.create(c)["id"]
-        rs.ok(rs.execute(c, sid, "x = 1"))
-    pid = rs.supervisor_pid(server.state_dir, sid)
-    groups = rs.cgroup_dirs(sid)
+        sid = support.create(c)["id"]
+        support.ok(support.execute(c, sid, "x = 1"))
+    pid = support.supervisor_pid(server, sid)
+    groups = support.cgroup_dirs(sid)
     assert groups and all(os.path.isdir(g) for g in groups)  # control: it had cgroups
     server.kill9()
     os.kill(pid, signal.SIGKILL)
-    assert rs.wait_for(lambda: not rs.processes_of(sandbox_dir(server, sid), [sid]), 10)
+    assert support.wait_for(lambda: not support.processes_of(support.sandbox_dir(server, sid), [sid]), 10)
     server.start()
     with server.client() as c:
         assert c.get(f"/v1/sandboxes/{sid}").status_code == 410
-    assert not os.path.ismount(sandbox_dir(server, sid) / "workspace")
-    assert rs.wait_for(lambda: not any(os.path.exists(g) for g in groups), 5), \
+    assert not os.path.ismount(support.sandbox_dir(server, sid) / "workspace")
+    assert support.wait_for(lambda: not any(os.path.exists(g) for g in groups), 5), \
         [g for g in groups if os.path.exists(g)]
 
 
@@ -131,8 +130,8 @@ def test_server_kill9_mid_execute_interrupts_the_cell_and_keeps_the_sandbox(spaw
     interrupted (not left running for its whole length) and the sandbox stays usable."""
     server = spawn_server()
     with server.client() as c:
-        sid = rs.create(c)["id"]
-        rs.ok(rs.execute(c, sid, "y = 5"))
+        sid = support.create(c)["id"]
+        support.ok(support.execute(c, sid, "y = 5"))
     thread, out = rs.stream_in_thread(server, sid, rs.long_cell(30))
     assert out["started"].wait(30), out
     server.kill9()
@@ -140,7 +139,7 @@ def test_server_kill9_mid_execute_interrupts_the_cell_and_keeps_the_sandbox(spaw
     assert not thread.is_alive() and out["error"] is not None, out  # a torn stream, not a hang
     server.start()
     with server.client() as c:
-        assert rs.wait_for(lambda: c.get(f"/v1/sandboxes/{sid}").json().get("executing") is False, 20), \
+        assert support.wait_for(lambda: c.get(f"/v1/sandboxes/{sid}").json().get("executing") is False, 20), \
             "the cell kept running after the server that asked for it died"
-        events = rs.ok(rs.execute(c, sid, "y, started, 'finished' in globals()"))
-        assert rs.result_of(events) == "(5, True, False)"
+        events = support.ok(support.execute(c, sid, "y, started, 'finished' in globals()"))
+        assert support.result_text(events) == "(5, True, False)"

@@ -10,6 +10,7 @@ import time
 import pytest
 
 import reliability_support as rs
+import support
 
 pytestmark = pytest.mark.slow
 
@@ -19,9 +20,9 @@ LONG_CELL = rs.long_cell(20)
 def test_sigterm_ends_streams_cleanly_and_keeps_sandboxes_for_readoption(spawn_server):
     server = spawn_server()
     with server.client() as c:
-        sid = rs.create(c)["id"]
-        rs.ok(rs.execute(c, sid, "y = 7"))
-    supervisor = rs.supervisor_pid(server.state_dir, sid)
+        sid = support.create(c)["id"]
+        support.ok(support.execute(c, sid, "y = 7"))
+    supervisor = support.supervisor_pid(server, sid)
     thread, out = rs.stream_in_thread(server, sid, LONG_CELL)
     assert out["started"].wait(30), out
 
@@ -32,48 +33,49 @@ def test_sigterm_ends_streams_cleanly_and_keeps_sandboxes_for_readoption(spawn_s
     assert out["error"] is None, f"the stream broke instead of ending: {out['error']!r}"
     assert out["status"] == 200
     events = out["events"]
-    done = rs.done_of(events)
+    done = support.done_of(events)
     assert done["reason"] == "server_shutdown" and done["status"] == "aborted", done
     assert done["sandbox_state"] == "running"
-    errors = rs.errors_of(events)
+    errors = support.of_type(events, "error")
     assert len(errors) == 1 and "shutting down" in errors[0]["evalue"], events
     assert out["ended"] - sent < 15
     assert server.wait(15) == 0
     assert not (server.state_dir / "server.json").exists()  # the clean-up after run() ran
     print(f"\nSIGTERM: stream ended after {out['ended'] - sent:.2f} s, server exited 0")
 
-    assert rs.is_supervisor(supervisor, server.state_dir / "sandboxes" / sid), "the supervisor did not outlive the server"
+    assert support.is_supervisor(supervisor, server.state_dir / "sandboxes" / sid), \
+        "the supervisor did not outlive the server"
     server.start()
     with server.client() as c:
         r = c.get(f"/v1/sandboxes/{sid}")
         assert r.status_code == 200 and r.json()["state"] == "running", r.text
         # Kept, and the cell was interrupted as the error event said (it did not run on).
-        events = rs.ok(rs.execute(c, sid, "y, started, 'finished' in globals()"))
-        assert rs.result_of(events) == "(7, True, False)"
+        events = support.ok(support.execute(c, sid, "y, started, 'finished' in globals()"))
+        assert support.result_text(events) == "(7, True, False)"
 
 
 def test_sigterm_with_delete_on_shutdown_leaves_no_process(spawn_server):
     server = spawn_server("--delete-on-shutdown")
     with server.client() as c:
-        ids = [rs.create(c)["id"] for _ in range(2)]
+        ids = [support.create(c)["id"] for _ in range(2)]
         # A process of its own inside one sandbox, and a cell running in the other.
-        rs.ok(rs.execute(c, ids[0], "import subprocess; p = subprocess.Popen(['sleep', '300'])"))
+        support.ok(support.execute(c, ids[0], "import subprocess; p = subprocess.Popen(['sleep', '300'])"))
     thread, out = rs.stream_in_thread(server, ids[1], LONG_CELL)
     assert out["started"].wait(30), out
-    before = rs.processes_of(server.state_dir, ids)
+    before = support.processes_of(server.state_dir, ids)
     assert sum("sandbox.supervisor" in cmd for cmd in before.values()) == 2, before  # control
-    assert sum(rs.is_runtime(cmd) for cmd in before.values()) == 2, before
+    assert sum(support.is_runtime(cmd) for cmd in before.values()) == 2, before
     assert any(cmd == "sleep 300" for cmd in before.values()), before
 
     server.sigterm()
     thread.join(15)
     assert not thread.is_alive() and out["error"] is None, out
-    assert rs.done_of(out["events"])["reason"] == "server_shutdown"
+    assert support.done_of(out["events"])["reason"] == "server_shutdown"
     assert server.wait(20) == 0
-    left = rs.processes_of(server.state_dir, ids)
+    left = support.processes_of(server.state_dir, ids)
     assert left == {}, f"orphans after --delete-on-shutdown: {left}"
     for sid in ids:
-        assert rs.read_state(server.state_dir, sid)["state"] == "deleted"
+        assert support.read_state(server, sid)["state"] == "deleted"
     server.start()
     with server.client() as c:
         assert c.get("/v1/sandboxes").json()["sandboxes"] == []

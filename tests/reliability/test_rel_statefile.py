@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-import reliability_support as rs
+import support
 
 # Reads "go <first-version>" lines; forks a child that rewrites the file in a loop from that
 # version on; prints the child's pid, then "reaped" once the child is dead.
@@ -60,7 +60,7 @@ def crash_loop(path: str, naive: bool, budget: float, stop_on_torn: bool = False
     """Kill the writer at random moments for ``budget`` seconds: (kills, torn files, versions seen)."""
     with open(path, "w") as f:
         json.dump(version(0), f)
-    forker = subprocess.Popen([sys.executable, "-c", FORKER, path, "naive" if naive else "atomic", str(rs.REPO)],
+    forker = subprocess.Popen([sys.executable, "-c", FORKER, path, "naive" if naive else "atomic", str(support.REPO)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     rng = random.Random(1234)
     kills = torn = 0

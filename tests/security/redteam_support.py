@@ -1,177 +1,65 @@
 """Machinery for the red-team suite (tests/security/test_redteam.py).
 
-Servers of the suite's own (one with planted secrets, one with seccomp off to show what the
-filter stops), a small API client that returns events, host-side views of a sandbox (its
-cgroups, its host processes), and the source of the probe cell that runs, unchanged, in a
-protected sandbox and in the unprotected one.
+The suite's own servers (one with planted secrets, one with seccomp off to show what the
+filter stops), whose client returns a probe cell's result, host-side views that only the
+red team needs, and the source of the probe cell that runs, unchanged, in a protected
+sandbox and in the unprotected one. Servers, events and processes come from tests/support.py.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
-import os
 import pathlib
-import shutil
-import signal
-import subprocess
-import sys
-import time
 import typing as t
-from dataclasses import dataclass, field
 
 import httpx
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "kernel"))
+import support
 
-import sandbox_test_support as support  # noqa: E402
-
-REPO = support.REPO
 RESULT_MARK = "@@REDTEAM@@"
 
 
 # ------------------------------------------------------------------ servers
 
 
-@dataclass
-class OwnServer:
-    url: str
-    token: str
-    state_dir: pathlib.Path
-    proc: subprocess.Popen
-    log_path: pathlib.Path
-    api: "Api" = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.api = Api(self.url, self.token)
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1])
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-
-def seed_images(source_state: pathlib.Path, state_dir: pathlib.Path) -> bool:
-    """Hard-link the main test server's built images into a new state dir (saves the build).
-
-    image.json keeps absolute paths into the source state dir, so sandboxes of the new
-    server mount the source's venv: fine while the source lives (it does, for the session).
-    """
-    source = source_state / "images"
-    if not (source / "default" / "image.json").is_file():
-        return False
-    subprocess.run(["cp", "-al", str(source), str(state_dir / "images")], check=True)
-    return True
-
-
-def server_env(token: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = support.with_repo_on_path(dict(os.environ))
-    for key in ("SANDBOX_KERNEL_URL", "SANDBOX_KERNEL_STATE_DIR", "SANDBOX_KERNEL_TOKEN"):
-        env.pop(key, None)
-    if token is not None:
-        env["SANDBOX_KERNEL_TOKEN"] = token
-    env.update(extra or {})
-    return env
-
-
-def start_server(state_dir: pathlib.Path, token: str, *, args: t.Sequence[str] = (),
-                 env: dict[str, str] | None = None, timeout: float = 900) -> OwnServer:
-    port = support.free_port()
-    log_path = state_dir.parent / f"{state_dir.name}.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sandbox", "serve", "--port", str(port), "--state-dir", str(state_dir),
-             "--pool-size", "0", *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=server_env(token, env),
-            cwd=str(REPO), start_new_session=True,
-        )
-    server = OwnServer(f"http://127.0.0.1:{port}", token, state_dir, proc, log_path)
-    deadline = time.monotonic() + timeout
-    while not support.healthy(server.url):
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode}:\n{server.log_text()[-3000:]}")
-        if time.monotonic() > deadline:
-            stop_server(server)
-            raise RuntimeError(f"the server did not answer within {timeout} s:\n{server.log_text()[-3000:]}")
-        time.sleep(0.2)
-    return server
-
-
-def stop_server(server: OwnServer, remove: bool = True) -> None:
-    """Delete its sandboxes (they outlive a server by design), stop it, remove its state."""
-    try:
-        for sbx in server.api.http.get("/v1/sandboxes", timeout=10).json().get("sandboxes", []):
-            server.api.http.delete(f"/v1/sandboxes/{sbx['id']}", timeout=30)
-    except (httpx.HTTPError, ValueError):
-        pass
-    server.api.http.close()  # no idle keep-alive connection for the graceful shutdown to wait on
-    if server.proc.poll() is None:
-        try:
-            os.killpg(server.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            server.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.proc.pid, signal.SIGKILL)
-            server.proc.wait(10)
-    if remove:
-        shutil.rmtree(server.state_dir, ignore_errors=True)
-        try:
-            server.log_path.unlink()
-        except FileNotFoundError:
-            pass
-
-
-# ---------------------------------------------------------------------- api
-
-
 class Api:
-    def __init__(self, url: str, token: str):
-        self.http = httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {token}"})
+    """The probes' view of a server: events back, and a probe cell's one JSON result."""
+
+    def __init__(self, http: httpx.Client):
+        self.http = http
 
     def create(self, **fields) -> dict:
-        r = self.http.post("/v1/sandboxes", json=fields)
-        assert r.status_code == 201, r.text
-        return r.json()
+        return support.create(self.http, **fields)
 
     def delete(self, sandbox_id: str) -> httpx.Response:
         return self.http.delete(f"/v1/sandboxes/{sandbox_id}")
 
     def run(self, sandbox_id: str, code: str, **fields) -> list[dict]:
-        events = []
-        with self.http.stream("POST", f"/v1/sandboxes/{sandbox_id}/execute", json={"code": code, **fields}) as r:
-            assert r.status_code == 200, r.read()
-            for line in r.iter_lines():
-                if line:
-                    events.append(json.loads(line))
-        return events
+        return support.execute(self.http, sandbox_id, code, **fields)
 
     def run_json(self, sandbox_id: str, code: str, **fields) -> t.Any:
         """Run a probe cell that ends with ``emit(result)``; return the result."""
         events = self.run(sandbox_id, code, **fields)
-        out = stream(events)
+        out = support.stream_text(events)
         assert RESULT_MARK in out, f"the probe cell printed no result: {events[-3:]}"
         return json.loads(out.split(RESULT_MARK, 1)[1].splitlines()[0])
 
 
-def of_type(events: list[dict], kind: str) -> list[dict]:
-    return [e for e in events if e["type"] == kind]
+class RedteamServer(support.Server):
+    """A server of the suite's own, with no warm pool: every sandbox is one a probe made."""
 
+    def __init__(self, state_dir: pathlib.Path, token: str, *args: str, **kwargs: t.Any):
+        super().__init__(state_dir, "--pool-size", "0", *args, token=token, **kwargs)
 
-def stream(events: list[dict], name: str = "stdout") -> str:
-    return "".join(e["text"] for e in events if e["type"] == "stream" and e["name"] == name)
+    @functools.cached_property
+    def api(self) -> Api:
+        return Api(self.client(timeout=120))
 
-
-def done_of(events: list[dict]) -> dict:
-    assert events and events[-1]["type"] == "done", events[-3:]
-    assert len(of_type(events, "done")) == 1, events
-    return events[-1]
+    def close(self) -> None:
+        self.api.http.close()  # no idle keep-alive connection for the graceful shutdown to wait on
+        super().close()
 
 
 # --------------------------------------------------------------- host views
@@ -183,70 +71,11 @@ def veil(secret: str) -> str:
     return base64.b64encode(bytes(b ^ 0x5A for b in secret.encode())).decode()
 
 
-def cgroup_dirs(sandbox_id: str) -> list[pathlib.Path]:
-    """The sandbox's cgroup directory in every hierarchy (v1: one per controller)."""
-    found = []
-    root = pathlib.Path("/sys/fs/cgroup")
-    for dirpath, dirnames, _ in os.walk(root):
-        depth = len(pathlib.Path(dirpath).relative_to(root).parts)
-        if sandbox_id in dirnames:
-            found.append(pathlib.Path(dirpath) / sandbox_id)
-        dirnames[:] = [d for d in dirnames if d != sandbox_id and not d.startswith("sbx-")] if depth < 5 else []
-    return found
-
-
 def cgroup_file(sandbox_id: str, name: str) -> pathlib.Path | None:
-    for d in cgroup_dirs(sandbox_id):
+    for d in support.cgroup_dirs(sandbox_id):
         if (d / name).exists():
             return d / name
     return None
-
-
-def proc_identity(pid: int) -> tuple[int, int] | None:
-    """(pid, start time) of a live, non-zombie process; None when it is gone."""
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return pid, int(fields[19])
-
-
-def parent_map() -> dict[int, int]:
-    parents = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                parents[int(name)] = int(pathlib.Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    return parents
-
-
-def descendants(root_pid: int) -> set[int]:
-    parents = parent_map()
-    found, frontier = set(), {root_pid}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier and pid not in found}
-        found |= frontier
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def executable(pid: int) -> str:
-    """The name of the binary a process runs (bwrap's command line names the runtime too)."""
-    try:
-        return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-    except OSError:
-        return ""
 
 
 def vm_rss_kib(pid: int) -> int:
@@ -261,8 +90,8 @@ def host_runtime_pid(sandbox_id: str) -> int:
     procs = cgroup_file(sandbox_id, "cgroup.procs")
     assert procs is not None, f"no cgroup for {sandbox_id}"
     pids = [int(p) for p in procs.read_text().split()]
-    runtime = [p for p in pids if "sandbox_runtime" in cmdline(p) and executable(p).startswith("python")]
-    assert len(runtime) == 1, {p: (executable(p), cmdline(p)) for p in pids}
+    runtime = [p for p in pids if support.is_runtime(support.command(p))]
+    assert len(runtime) == 1, {p: support.command(p) for p in pids}
     return runtime[0]
 
 

@@ -71,25 +71,10 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from redteam_support import (
-    RESULT_MARK,
-    cgroup_dirs,
-    cgroup_file,
-    cmdline,
-    descendants,
-    done_of,
-    host_runtime_pid,
-    of_type,
-    probe_cell,
-    proc_identity,
-    seed_images,
-    start_server,
-    stop_server,
-    stream,
-    support,
-    veil,
-    vm_rss_kib,
-)
+from redteam_support import RESULT_MARK, RedteamServer, cgroup_file, host_runtime_pid, probe_cell, veil, vm_rss_kib
+
+import support
+from support import cgroup_dirs, command, descendants, done_of, of_type, proc_identity, stream_text
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=(
     "the red-team suite needs root: per-sandbox host uids and cgroups on the server side, and host-side "
@@ -163,27 +148,25 @@ def canary():
 @pytest.fixture(scope="module")
 def hostile(sandbox_server, canary):
     """This module's server: a canary in its environment and its state dir, a token of its own."""
-    state = support.make_state_dir("sk-redteam-")
-    seed_images(sandbox_server.state_dir, state)
+    state = support.make_state_dir("sk-redteam-", images_from=sandbox_server.state_dir)
     planted = state / canary.filename
     planted.write_text(canary.value + "\n")
     planted.chmod(0o644)
     canary.files.append(planted)
-    server = start_server(state, "tok-" + secrets.token_urlsafe(24), env={"SECRET_CANARY": canary.value})
-    yield server
-    stop_server(server)
+    with RedteamServer(state, "tok-" + secrets.token_urlsafe(24), extra_env={"SECRET_CANARY": canary.value}) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def open_server(sandbox_server, hostile):
     """The same server with seccomp off (--no-seccomp --allow-missing-protections): the control
     that shows which calls the filter, and not something else, stops."""
-    state = support.make_state_dir("sk-redteam-noseccomp-")
-    if not seed_images(sandbox_server.state_dir, state):
-        seed_images(hostile.state_dir, state)  # the main server is external: reuse the image hostile built
-    server = start_server(state, secrets.token_urlsafe(24), args=["--no-seccomp", "--allow-missing-protections"])
-    yield server
-    stop_server(server)
+    images = sandbox_server.state_dir
+    if not support.has_default_image(images):
+        images = hostile.state_dir  # the main server is external: reuse the image hostile built
+    state = support.make_state_dir("sk-redteam-noseccomp-", images_from=images)
+    with RedteamServer(state, secrets.token_urlsafe(24), "--no-seccomp", "--allow-missing-protections") as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -377,7 +360,7 @@ print({RESULT_MARK!r} + json.dumps({{"read": open("/workspace/{secret_name}").re
     assert own["read"] == "A-only"  # control: A sees its own file
     a_runtime = host_runtime_pid(a)
     procs = cgroup_file(a, "cgroup.procs")
-    a_sleep = [int(p) for p in procs.read_text().split() if cmdline(int(p)) == "sleep 3141"]
+    a_sleep = [int(p) for p in procs.read_text().split() if command(int(p)) == "sleep 3141"]
     assert len(a_sleep) == 1
     os.kill(a_runtime, 0)  # control: the host can signal them
     os.kill(a_sleep[0], 0)
@@ -546,16 +529,16 @@ def test_p06_fork_bomb_contained(hostile, victim):
         assert not worker.is_alive()
         assert at_limit >= 60, at_limit
         assert health.status_code == 200 and health_s < 30
-        assert stream(other) == "42\n" and done_of(other)["status"] == "ok" and other_s < 30
+        assert stream_text(other) == "42\n" and done_of(other)["status"] == "ok" and other_s < 30
         events = result["events"]
-        out = stream(events)
+        out = stream_text(events)
         assert RESULT_MARK in out, events
         report = json.loads(out.split(RESULT_MARK, 1)[1].splitlines()[0])
         assert set(report["errors"]) == {"BlockingIOError:EAGAIN"}, report
         hits = int(pids_events.read_text().split()[1])
         assert hits > 0
         after = api.run(sid, "print('alive')")
-        assert stream(after) == "alive\n" and done_of(after)["sandbox_state"] == "running"
+        assert stream_text(after) == "alive\n" and done_of(after)["sandbox_state"] == "running"
         outcome(6, "fork bomb (pids 64)", f"{at_limit} tasks at peak, fork -> {report['errors']}, cgroup refused {hits} "
                 f"forks; during it health {health_s * 1000:.0f} ms, other sandbox execute {other_s * 1000:.0f} ms")
     finally:
@@ -579,7 +562,7 @@ for i in range(64):
         errors = of_type(events, "error")
         if errors and errors[0]["ename"] == "MemoryError":
             assert done["sandbox_state"] == "running", events
-            assert stream(api.run(sid, "print('survived')")) == "survived\n"
+            assert stream_text(api.run(sid, "print('survived')")) == "survived\n"
             outcome(7, "memory bomb (256 MiB)", "MemoryError inside, sandbox survived")
             return
         assert [e["ename"] for e in errors] == ["SandboxDied"], events
@@ -589,7 +572,7 @@ for i in range(64):
         assert r.status_code == 410, r.text
         body = r.json()["error"]
         assert body["reason"] == "oom" and body["state"] == "dead" and "memory" in body["message"], body
-        printed = stream(events).split()
+        printed = stream_text(events).split()
         outcome(7, "memory bomb (256 MiB)", f"killed after {len(printed)} x 64 MiB chunks: {errors[0]['evalue']!r}; "
                 f"GET -> 410 reason oom")
     finally:
@@ -669,7 +652,7 @@ print("END-OF-FLOOD")
 """, timeout_seconds=120)
     rss_after = vm_rss_kib(hostile.proc.pid)
     done = done_of(events)
-    out, err = stream(events), stream(events, "stderr")
+    out, err = stream_text(events), stream_text(events, "stderr")
     assert done["status"] == "ok" and done["truncated"] is True, done
     assert 0 < len(out.encode()) <= limit, len(out)
     assert "END-OF-FLOOD" not in out
@@ -733,8 +716,8 @@ print({RESULT_MARK!r} + json.dumps(out))
     assert result["init_alive"] is True
     assert httpx.get(hostile.url + "/v1/health", timeout=10).status_code == 200
     again = api.run(sid, "print('still here')")
-    assert stream(again) == "still here\n" and done_of(again)["sandbox_state"] == "running"
-    assert stream(api.run(victim["id"], "print('victim ok')")) == "victim ok\n"
+    assert stream_text(again) == "still here\n" and done_of(again)["sandbox_state"] == "running"
+    assert stream_text(api.run(victim["id"], "print('victim ok')")) == "victim ok\n"
     outcome(11, "signals to host processes", f"kill(server/test pids) -> ESRCH; kill(1, SIGKILL) -> "
             f"{result['init_kill']} (dropped by the kernel), kill(-1, SIGKILL) -> {result['all_kill']}; sandbox, "
             "server and others unharmed")
@@ -959,7 +942,7 @@ os.write(1, b"|\\xc3")
     done = done_of(events)
     assert done["status"] == "ok" and done["execution_count"] == count + 1 and done["reason"] is None, done
     assert not of_type(events, "error"), events
-    out, err = stream(events), stream(events, "stderr")
+    out, err = stream_text(events), stream_text(events, "stderr")
     first, rest = out.split("\n", 1)
     fds = json.loads(first)
     expected_out = (b"A|" + FORGED + b"|" + FAKE_MARKER + b"|\xff\xfe|\xc3").decode("utf-8", "replace")
@@ -967,7 +950,7 @@ os.write(1, b"|\\xc3")
     assert err == (b"B|" + FORGED + b"|" + FAKE_MARKER + b"|").decode(), err
     assert "\ufffd\ufffd|\ufffd" in rest
     again = api.run(sid, "print('next')")
-    assert stream(again) == "next\n" and done_of(again)["execution_count"] == count + 2
+    assert stream_text(again) == "next\n" and done_of(again)["execution_count"] == count + 2
     assert httpx.get(hostile.url + "/v1/health", timeout=10).status_code == 200
     outcome(18, "forged frames in output", f"exact output back, real done (count {count + 1}), invalid UTF-8 -> "
             f"U+FFFD; fds written: {fds}")
@@ -991,10 +974,10 @@ print("real output")
 """, timeout_seconds=30)
     forged_done = done_of(events)
     after = api.run(sid, "print('next')", timeout_seconds=30)
-    assert stream(after) == "next\n" and done_of(after)["status"] == "ok", after
-    assert stream(api.run(victim["id"], "print('victim ok')")) == "victim ok\n"
+    assert stream_text(after) == "next\n" and done_of(after)["status"] == "ok", after
+    assert stream_text(api.run(victim["id"], "print('victim ok')")) == "victim ok\n"
     assert httpx.get(hostile.url + "/v1/health", timeout=10).status_code == 200
-    outcome(18, "forgery on the runtime channel", f"own execute answered {stream(events)!r} and done count "
+    outcome(18, "forgery on the runtime channel", f"own execute answered {stream_text(events)!r} and done count "
             f"{forged_done['execution_count']} (forged); next execute, other sandboxes, server unaffected")
 
 
@@ -1044,14 +1027,14 @@ subprocess.Popen(["sh", "-c", "trap '' TERM HUP; exec sleep 5555"])
 time.sleep(1)
 print("planted")
 """)
-        assert stream(events) == "planted\n", events
+        assert stream_text(events) == "planted\n", events
         supervisor = json.loads((hostile.state_dir / "sandboxes" / sid / "state.json").read_text())["supervisor_pid"]
         groups = cgroup_dirs(sid)
         assert groups, "no cgroup found for the sandbox"
         tracked = descendants(supervisor) | {supervisor}
         for group in groups:
             tracked |= {int(p) for p in (group / "cgroup.procs").read_text().split()}
-        lines = {pid: cmdline(pid) for pid in tracked}
+        lines = {pid: command(pid) for pid in tracked}
         # control: the walk found what the cell planted
         for needle in ("sleep 3333", "time.sleep(4444)", "sleep 5555"):
             assert any(needle in line for line in lines.values()), (needle, lines)
@@ -1066,7 +1049,7 @@ print("planted")
                 break
             time.sleep(0.1)
         survivors = {ident for ident in alive if proc_identity(ident[0]) == ident}
-        assert survivors == set(), {pid: cmdline(pid) for pid, _ in survivors}
+        assert survivors == set(), {pid: command(pid) for pid, _ in survivors}
         assert [g for g in groups if g.exists()] == []
         assert sid not in pathlib.Path("/proc/self/mountinfo").read_text()
         outcome(19, "outliving DELETE", f"{len(alive)} host processes (supervisor, bwrap, runtime, daemon, nohup sleep, "
@@ -1111,7 +1094,8 @@ def test_p20_no_public_listen_without_token():
     try:
         r = subprocess.run([sys.executable, "-m", "sandbox", "serve", "--host", "0.0.0.0", "--port",
                             str(support.free_port()), "--state-dir", str(state)],
-                           capture_output=True, text=True, timeout=60, env=support_env(None), cwd=str(support.REPO))
+                           capture_output=True, text=True, timeout=60, env=support.server_env(None),
+                           cwd=str(support.REPO))
         assert r.returncode == 2, r
         assert "refusing to listen on 0.0.0.0" in r.stderr and "explicit token" in r.stderr, r.stderr
         assert not (state / "token").exists() and not (state / "server.json").exists()
@@ -1121,19 +1105,14 @@ def test_p20_no_public_listen_without_token():
         try:
             r2 = subprocess.run([sys.executable, "-m", "sandbox", "serve", "--host", "0.0.0.0", "--port",
                                  str(support.free_port()), "--state-dir", str(private)],
-                                capture_output=True, text=True, timeout=60, env=support_env("t" * 32), cwd=str(support.REPO))
+                                capture_output=True, text=True, timeout=60, env=support.server_env("t" * 32),
+                                cwd=str(support.REPO))
         finally:
             shutil.rmtree(private.parent, ignore_errors=True)
         assert r2.returncode == 2 and "refusing to listen" not in r2.stderr and "cannot enter" in r2.stderr, r2.stderr
     finally:
         shutil.rmtree(state, ignore_errors=True)
     outcome(20, "0.0.0.0 without a token", f"exit 2: {r.stderr.strip().splitlines()[-1]!r}")
-
-
-def support_env(token: str | None) -> dict[str, str]:
-    from redteam_support import server_env
-
-    return server_env(token)
 
 
 def test_p20_token_never_echoed_and_bodies_capped(hostile, victim):
@@ -1184,7 +1163,7 @@ def test_p20_token_never_echoed_and_bodies_capped(hostile, victim):
 
 def test_p21_doctor_reports_each_protection(victim):
     r = subprocess.run([sys.executable, "-m", "sandbox", "doctor", "--json"], capture_output=True, text=True, timeout=60,
-                       env=support_env(None), cwd=str(support.REPO))
+                       env=support.server_env(None), cwd=str(support.REPO))
     assert r.returncode == 0, r.stderr
     items = {i["name"]: i for i in json.loads(r.stdout)}
     for name in ("bubblewrap", "namespaces", "network", "seccomp", "memory limit", "pids limit", "cpu limit",
@@ -1199,7 +1178,7 @@ def test_p21_doctor_reports_each_protection(victim):
         assert (items[f"{ctrl} limit"]["status"] == "in force") == str(iso[ctrl]).startswith("cgroup"), (items, iso)
     assert iso["cgroup"] in items["cgroup version"]["detail"], items["cgroup version"]
     text = subprocess.run([sys.executable, "-m", "sandbox", "doctor"], capture_output=True, text=True, timeout=60,
-                          env=support_env(None), cwd=str(support.REPO)).stdout
+                          env=support.server_env(None), cwd=str(support.REPO)).stdout
     for name in items:
         assert re.search(rf"^\[(ok  |weak|MISS)\] {re.escape(name)}\s", text, re.M), (name, text)
     outcome(21, "doctor", "; ".join(f"{n}: {i['status']}" for n, i in items.items()))
@@ -1210,7 +1189,7 @@ def test_p21_missing_protection_refuses_to_start(open_server):
     try:
         r = subprocess.run([sys.executable, "-m", "sandbox", "serve", "--no-seccomp", "--port", str(support.free_port()),
                             "--state-dir", str(state), "--pool-size", "0"], capture_output=True, text=True, timeout=120,
-                           env=support_env("t" * 32), cwd=str(support.REPO))
+                           env=support.server_env("t" * 32), cwd=str(support.REPO))
         assert r.returncode == 2, r
         assert "[MISS] seccomp" in r.stderr and "refusing to start" in r.stderr, r.stderr
         assert "--allow-missing-protections" in r.stderr

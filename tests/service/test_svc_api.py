@@ -8,7 +8,8 @@ import json
 
 import httpx
 import pytest
-from svc_support import api_error, ok, raw_request, result_text, sandbox_for_module
+from support import ok, result_text
+from svc_support import api_error, raw_request, sandbox_for_module
 
 
 @pytest.fixture(scope="module")

@@ -13,18 +13,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import stat
-import subprocess
-import sys
-import time
 import types
 
 import httpx
 import pytest
 
-import sandbox_test_support as support
-from svc_support import last_json_line, ok
+from support import Server, make_state_dir, ok
+from svc_support import last_json_line
 
 CANARY_NAME = "SANDBOX_CANARY_SECRET"
 
@@ -32,37 +28,13 @@ CANARY_NAME = "SANDBOX_CANARY_SECRET"
 @pytest.fixture(scope="module")
 def canary_server(sandbox_server):
     canary = "canary-" + secrets.token_hex(16)
-    state = support.make_state_dir("sbk-canary-")
-    image_json = sandbox_server.state_dir / "images" / "default" / "image.json"
-    if image_json.exists():
-        (state / "images" / "default").mkdir(parents=True)
-        shutil.copy(image_json, state / "images" / "default" / "image.json")
-    env = support.with_repo_on_path(dict(os.environ))
-    for name in ("SANDBOX_KERNEL_TOKEN", "SANDBOX_KERNEL_URL", "SANDBOX_KERNEL_STATE_DIR"):
-        env.pop(name, None)
-    env[CANARY_NAME] = canary
-    port = support.free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = state / "server.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sandbox", "serve", "--port", str(port), "--state-dir", str(state), "--pool-size", "0"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(support.REPO),
-            start_new_session=True)
-    server = support.TestServer(url, "", state, proc, log_path, owns_state_dir=True)
-    t0 = time.monotonic()
+    state = make_state_dir("sbk-canary-", images_from=sandbox_server.state_dir)
+    server = Server(state, "--pool-size", "0", token=None, extra_env={CANARY_NAME: canary}, start_timeout=300)
     try:
-        while not support.healthy(url):
-            if proc.poll() is not None:
-                pytest.fail(f"the canary server exited with {proc.returncode}:\n{server.log_tail()}")
-            if time.monotonic() - t0 > 300:
-                pytest.fail(f"the canary server did not start:\n{server.log_tail()}")
-            time.sleep(0.2)
-        print(f"canary server up in {time.monotonic() - t0:.1f} s")
-        server.token = (state / "token").read_text().strip()
-        yield types.SimpleNamespace(server=server, canary=canary, url=url, state_dir=state, pid=proc.pid)
+        print(f"canary server up in {server.start():.1f} s")
+        yield types.SimpleNamespace(server=server, canary=canary, url=server.url, state_dir=state, pid=server.proc.pid)
     finally:
-        support.stop_server(server)
+        server.close()
 
 
 def test_generated_token_file_is_private(canary_server):

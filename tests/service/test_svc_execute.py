@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from svc_support import (api_error, done_of, of_type, ok, result_text, sandbox_for_module, stream_text,
-                         timed_execute)
+from support import done_of, of_type, ok, result_text, stream_text
+from svc_support import api_error, sandbox_for_module, timed_execute
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -13,8 +13,8 @@ import time
 import httpx
 import pytest
 
-from svc_support import (api_error, declared_too_large, last_json_line, ok, raw_request, sandbox_dir,
-                         sandbox_for_module)
+from support import ok, sandbox_dir
+from svc_support import api_error, declared_too_large, last_json_line, raw_request, sandbox_for_module
 
 MiB = 1024 * 1024
 FILE_CAP = 100 * MiB  # the server's default file_max_bytes

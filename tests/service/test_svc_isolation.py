@@ -14,7 +14,8 @@ import sys
 import tempfile
 
 import pytest
-from svc_support import cmdline, last_json_line, of_type, process_tree, sandbox_for_module, supervisor_pid
+from support import cmdline, of_type, process_tree, supervisor_pid
+from svc_support import last_json_line, sandbox_for_module
 
 NETWORK_WORDS = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
                  "Name or service not known", "Network is unreachable", "No matching distribution found",

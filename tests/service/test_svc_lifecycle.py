@@ -9,8 +9,7 @@ import time
 from datetime import datetime
 
 import pytest
-from svc_support import (
-    api_error,
+from support import (
     cmdline,
     ok,
     process_tree,
@@ -21,6 +20,7 @@ from svc_support import (
     thread_group,
     wait_for,
 )
+from svc_support import api_error
 
 
 def ts(value: str) -> datetime:
@@ -54,7 +54,8 @@ def test_ttl_slides_on_execute_and_renew_then_expires(api, new_sandbox, run):
     assert after_renew > after_execute
     assert r.json()["state"] == "running"
 
-    error = wait_for(lambda: gone_error(api, sid), timeout=20, interval=0.25, what="the idle sandbox to expire")
+    error = wait_for(lambda: gone_error(api, sid), timeout=20, interval=0.25)
+    assert error, "not within 20 s: the idle sandbox to expire"
     assert error["code"] == "gone"
     assert "expired" in error["message"], error
     assert error.get("state") == "expired"
@@ -87,7 +88,8 @@ def test_max_lifetime_caps_renewals(api, new_sandbox, run):
         assert ts(r.json()["expires_at"]) <= cap, "a renewal went past the lifetime cap"
     ok(run(sid, "1"))
 
-    error = wait_for(lambda: gone_error(api, sid), timeout=20, interval=0.25, what="the lifetime cap to end the sandbox")
+    error = wait_for(lambda: gone_error(api, sid), timeout=20, interval=0.25)
+    assert error, "not within 20 s: the lifetime cap to end the sandbox"
     ended_after = time.monotonic() - t0
     # Ended by the cap (3 s), nowhere near the 30 s TTL that renewals kept pushing.
     assert ended_after < 15, ended_after
@@ -112,7 +114,8 @@ def test_delete_kills_every_process(sandbox_server, api, new_sandbox, run):
         commands = [cmdline(pid) for pid in tree]
         return tree if ["sleep", "1000"] in commands and ["sleep", "1001"] in commands else None
 
-    tree = wait_for(tree_with_both_sleeps, timeout=10, what="both sleeps to show up under the supervisor")
+    tree = wait_for(tree_with_both_sleeps, timeout=10)
+    assert tree, "not within 10 s: both sleeps to show up under the supervisor"
     commands = {pid: cmdline(pid) for pid in tree}
     assert any(c[:2] == ["sleep", "1000"] for c in commands.values()), commands
     assert any(c[:2] == ["sleep", "1001"] for c in commands.values()), commands
@@ -121,8 +124,9 @@ def test_delete_kills_every_process(sandbox_server, api, new_sandbox, run):
 
     r = api.delete(f"/v1/sandboxes/{sid}")
     assert r.status_code == 200 and r.json() == {"id": sid, "state": "deleted"}
-    wait_for(lambda: not any(still_running(pid, start) for pid, start in tree.items()), timeout=10,
-             what=f"every process of the deleted sandbox to end: {[p for p, s in tree.items() if still_running(p, s)]}")
+    assert wait_for(lambda: not any(still_running(pid, start) for pid, start in tree.items()), timeout=10), \
+        f"not within 10 s: every process of the deleted sandbox to end: " \
+        f"{[p for p, s in tree.items() if still_running(p, s)]}"
 
     error = api_error(api.get(f"/v1/sandboxes/{sid}"), 410)
     assert error["code"] == "gone" and "deleted" in error["message"], error

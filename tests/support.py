@@ -1,0 +1,694 @@
+"""What every test suite needs: real sandbox servers, the host-side view of their sandboxes,
+the execute API's events, and kernels running cells.
+
+One module, imported everywhere as ``support`` (tests/conftest.py puts this directory on
+sys.path), so that each suite checks its sandboxes the same way and a fix to, say, the
+tear-down reaches every suite at once.
+
+Environment:
+- SANDBOX_KERNEL_TEST_URL / SANDBOX_KERNEL_TEST_TOKEN: use a server that is already
+  running instead of starting one (faster when iterating).
+- SANDBOX_KERNEL_TEST_STATE_DIR: state directory for the session's server, kept between
+  runs so that its image is built once; default: a fresh temporary directory.
+- SANDBOX_KERNEL_TEST_KEEP_STATE=1: keep that fresh directory too.
+- SANDBOX_KERNEL_TEST_START_TIMEOUT: seconds a server may take to start (its first start
+  builds the default image).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import typing as t
+from dataclasses import dataclass
+from queue import Empty
+
+import httpx
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `kernel.install` and `sandbox.*` from a script run anywhere
+    sys.path.insert(0, str(REPO))
+
+START_TIMEOUT = float(os.environ.get("SANDBOX_KERNEL_TEST_START_TIMEOUT", "900"))
+CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def healthy(url: str) -> bool:
+    try:
+        r = httpx.get(url + "/v1/health", timeout=2.0)
+        return r.status_code == 200 and r.json().get("status") == "ok"
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+def wait_for(predicate: t.Callable[[], t.Any], timeout: float, interval: float = 0.1) -> t.Any:
+    """Poll until ``predicate`` returns something true; return its last value, so that the
+    caller's own assert says what did not happen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def with_repo_on_path(env: dict[str, str]) -> dict[str, str]:
+    """`python -m sandbox` and `python -m kernel` must import this checkout from any cwd."""
+    env = dict(env)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(REPO) not in parts:
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), *parts])
+    return env
+
+
+def server_env(token: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a `sandbox` command: nothing of the developer's own server leaks
+    in, and without a token the server makes its own (its state dir's token file)."""
+    env = with_repo_on_path(dict(os.environ))
+    for key in ("SANDBOX_KERNEL_URL", "SANDBOX_KERNEL_STATE_DIR", "SANDBOX_KERNEL_TOKEN"):
+        env.pop(key, None)
+    if token is not None:
+        env["SANDBOX_KERNEL_TOKEN"] = token
+    env.update(extra or {})
+    return env
+
+
+# ------------------------------------------------------------- state dirs and images
+
+
+def make_state_dir(prefix: str, images_from: pathlib.Path | None = None) -> pathlib.Path:
+    """A fresh state directory, borrowing the images already built under ``images_from``.
+
+    Under /tmp and 0711, because a root server's sandboxes run as other uids that must
+    traverse every parent to reach their workspace (mkdtemp makes 0700, and TMPDIR may be
+    under a 0700 home). Only each image's ``image.json`` is copied: its absolute paths
+    (venv, layers, interpreter copy) keep pointing into the source, which outlives these
+    servers, so no test pays for an image build nor for copying 300 MiB.
+    """
+    path = pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o711)
+    try:
+        if images_from is not None:
+            for info in (images_from / "images").glob("*/image.json"):
+                dest = path / "images" / info.parent.name
+                dest.mkdir(mode=0o755, parents=True)
+                (path / "images").chmod(0o755)  # mkdir's mode is the leaf's: a parent follows the umask
+                shutil.copy2(info, dest / "image.json")
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    return path
+
+
+def has_default_image(state_dir: pathlib.Path) -> bool:
+    return (state_dir / "images" / "default" / "image.json").is_file()
+
+
+def build_default_image(state_dir: pathlib.Path) -> None:
+    """One build, for when no already built image is at hand (e.g. an external test server)."""
+    r = subprocess.run([sys.executable, "-m", "sandbox", "image", "build", "--state-dir", str(state_dir)],
+                       cwd=str(REPO), env=server_env(None), capture_output=True, text=True, timeout=900)
+    if r.returncode != 0 or not has_default_image(state_dir):
+        raise RuntimeError(f"building the default image failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+
+
+# ------------------------------------------------------------------ host processes
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (which may hold spaces and
+    parentheses); None once the pid is gone."""
+    try:
+        text = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def proc_identity(pid: int) -> tuple[int, int] | None:
+    """(pid, start time) of a live, non-zombie process: a pid alone may be reused."""
+    fields = _stat(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return None
+    return pid, int(fields[19])
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Alive and not a zombie (a killed child stays a zombie until its parent reaps it)."""
+    return bool(pid) and proc_identity(pid) is not None
+
+
+def still_running(pid: int, starttime: int) -> bool:
+    """The same process is still there, zombie or not: it has not been reaped."""
+    fields = _stat(pid)
+    return fields is not None and int(fields[19]) == starttime
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [p.decode("utf-8", "replace") for p in f.read().split(b"\0") if p]
+    except OSError:
+        return []
+
+
+def command(pid: int) -> str:
+    return " ".join(cmdline(pid))
+
+
+def is_runtime(cmd: str) -> bool:
+    """The in-sandbox Python runtime itself (bwrap's own command line names it too)."""
+    argv = cmd.split()
+    return bool(argv) and argv[0].endswith("/python") and "sandbox_runtime" in argv
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat(int(name))
+            if fields is not None:
+                children.setdefault(int(fields[1]), []).append(int(name))
+    return children
+
+
+def descendants(root: int) -> set[int]:
+    """Every process below ``root``: what must end with it."""
+    children = _children()
+    found: set[int] = set()
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def process_tree(root: int) -> dict[int, int]:
+    """Every host pid and thread id under ``root``, itself included, with its start time:
+    the start time tells a survivor from a reused pid."""
+    found: dict[int, int] = {}
+    for pid in descendants(root) | {root}:
+        fields = _stat(pid)
+        if fields is None:
+            continue
+        found[pid] = int(fields[19])
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            task = _stat(int(tid))
+            if task is not None:
+                found.setdefault(int(tid), int(task[19]))
+    return found
+
+
+def _status_field(pid: int, name: str) -> str:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return line.split(":", 1)[1].strip()
+    raise AssertionError(f"no {name} line for pid {pid}")
+
+
+def real_uid(pid: int) -> int:
+    return int(_status_field(pid, "Uid").split()[0])
+
+
+def thread_group(pid: int) -> int:
+    """The process a thread id belongs to (itself for a process)."""
+    return int(_status_field(pid, "Tgid"))
+
+
+def processes_of(path: pathlib.Path, sandbox_ids: t.Iterable[str] = ()) -> dict[int, str]:
+    """Every live process tied to a state (or sandbox) directory: its path on the command
+    line (the server, supervisors) or membership of one of these sandboxes' cgroups (bwrap,
+    the runtime and whatever user code started, whose command lines name nothing of ours)."""
+    needle = str(path)
+    groups = [f"/sandbox-kernel/{i}" for i in sandbox_ids]
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        cmd = cmdline(pid)
+        hit = any(needle in part for part in cmd)
+        if not hit and groups:
+            try:
+                with open(f"/proc/{pid}/cgroup") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            hit = any(g in text for g in groups)
+        if hit and pid_alive(pid):
+            found[pid] = " ".join(cmd)[:300]
+    return found
+
+
+def is_supervisor(pid: int | None, sandbox_dir: pathlib.Path) -> bool:
+    cmd = cmdline(pid) if pid else []
+    return pid_alive(pid) and "sandbox.supervisor" in cmd and str(sandbox_dir) in cmd
+
+
+def cgroup_dirs(*sandbox_ids: str) -> list[pathlib.Path]:
+    """These sandboxes' cgroup directories in every hierarchy (v1: one per controller),
+    found by walking the host's tree rather than by asking the service where it put them."""
+    wanted = set(sandbox_ids)
+    found = []
+    for dirpath, dirnames, _ in os.walk(CGROUP_ROOT):
+        depth = len(pathlib.Path(dirpath).relative_to(CGROUP_ROOT).parts)
+        found += [pathlib.Path(dirpath) / d for d in dirnames if d in wanted]
+        dirnames[:] = [d for d in dirnames if not d.startswith("sbx-")] if depth < 5 else []
+    return found
+
+
+def signal_all(pids: t.Iterable[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def unmount_under(state_dir: pathlib.Path) -> None:
+    """Unmount what ended sandboxes left mounted under ``state_dir`` (a supervisor ended
+    by a signal leaves its workspace's loop mount), so that the run gives its loop devices
+    back and its state can be removed."""
+    prefix = f"{state_dir.resolve()}/"
+    with open("/proc/mounts") as f:
+        points = [line.split()[1] for line in f if line.split()[1].startswith(prefix)]
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
+def sandbox_ids(state_dir: pathlib.Path) -> list[str]:
+    try:
+        return sorted(os.listdir(state_dir / "sandboxes"))
+    except FileNotFoundError:
+        return []
+
+
+def sweep(state_dir: pathlib.Path) -> None:
+    """End everything a state directory's servers left behind, as sandboxes outlive their
+    server by design: SIGTERM first, which makes a supervisor tear its sandbox down
+    cleanly; SIGKILL for the rest; then leftover mounts and cgroups."""
+    ids = sandbox_ids(state_dir)
+    # Not the whole state dir: other servers' sandboxes name its image on their command lines.
+    sandboxes = state_dir / "sandboxes"
+    supervisors = [pid for pid in processes_of(sandboxes) if "sandbox.supervisor" in cmdline(pid)]
+    signal_all(supervisors, signal.SIGTERM)
+    wait_for(lambda: not any(pid_alive(p) for p in supervisors), 15)
+    signal_all(processes_of(sandboxes, ids), signal.SIGKILL)
+    wait_for(lambda: not processes_of(sandboxes, ids), 10)
+    unmount_under(state_dir)
+    for d in cgroup_dirs(*ids):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+# ------------------------------------------------------------------ servers
+
+
+class Server:
+    """``python -m sandbox serve`` on a state directory: start it, kill -9 it, SIGTERM it,
+    restart it on the same port and token, and tear down all it left."""
+
+    def __init__(self, state_dir: pathlib.Path, *args: str, token: str | None = None,
+                 extra_env: dict[str, str] | None = None, log_name: str = "server.log",
+                 start_timeout: float = START_TIMEOUT, keep_state: bool = False, port: int | None = None):
+        """``token=None`` lets the server make its own token file (read once it is up)."""
+        self.state_dir = state_dir
+        self.args = list(args)
+        self.token = token
+        self._env = server_env(token, extra_env)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = state_dir / log_name
+        self.start_timeout = start_timeout
+        self.keep_state = keep_state
+        self.external = False
+        self.proc: subprocess.Popen | None = None
+
+    @classmethod
+    def elsewhere(cls, url: str, token: str) -> "Server":
+        """A server someone else started: used, emptied of sandboxes at the end, never stopped."""
+        server = cls(pathlib.Path(tempfile.gettempdir()), token=token, keep_state=True, port=httpx.URL(url).port)
+        server.url = url.rstrip("/")
+        server.external = True
+        return server
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a client (a kernel, the CLI) needs to reach this server."""
+        env = {"SANDBOX_KERNEL_URL": self.url}
+        if self.token is not None:
+            env["SANDBOX_KERNEL_TOKEN"] = self.token
+        return env
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def healthy(self) -> bool:
+        return healthy(self.url)
+
+    def client(self, **kwargs: t.Any) -> httpx.Client:
+        kwargs.setdefault("timeout", httpx.Timeout(30, read=120))
+        return httpx.Client(base_url=self.url, headers=self.headers, **kwargs)
+
+    def start(self) -> float:
+        """Start and wait for /v1/health; returns the seconds that took."""
+        assert not self.running, "already running"
+        began = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sandbox", "serve", "--port", str(self.port),
+                 "--state-dir", str(self.state_dir), *self.args],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self._env,
+                cwd=str(REPO), start_new_session=True,
+            )
+        while not self.healthy():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if time.monotonic() - began > self.start_timeout:
+                self.terminate()
+                raise RuntimeError(f"the server did not answer within {self.start_timeout} s:\n{self.log_tail()}")
+            time.sleep(0.05)
+        if self.token is None:
+            self.token = (self.state_dir / "token").read_text().strip()
+        return time.monotonic() - began
+
+    def open(self) -> "Server":
+        """Start; a failed start leaves nothing behind, as no caller holds a server to close."""
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __enter__(self) -> "Server":
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def kill9(self) -> None:
+        """A crash: the server process alone, its sandboxes' supervisors live on."""
+        assert self.running
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def sigterm(self) -> None:
+        """An orderly stop, left to the test to wait for."""
+        assert self.running
+        self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def terminate(self) -> None:
+        """Stop the server, SIGKILL if it hangs; its sandboxes live on (supervisors are
+        sessions of their own, out of the server's process group)."""
+        if not self.running:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(30)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def delete_sandboxes(self) -> None:
+        try:
+            with self.client(timeout=30) as c:
+                for sbx in c.get("/v1/sandboxes").json().get("sandboxes", []):
+                    c.delete(f"/v1/sandboxes/{sbx['id']}")
+        except (httpx.HTTPError, ValueError):
+            pass
+
+    def close(self) -> None:
+        """Delete the sandboxes it lists, stop it, end what is left, remove its state."""
+        if self.running or self.external:
+            self.delete_sandboxes()
+        self.terminate()
+        if not self.external:
+            sweep(self.state_dir)
+        if not self.keep_state:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, n: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+def start_session_server() -> Server:
+    """The server every suite shares; see the module docstring for the environment."""
+    url = os.environ.get("SANDBOX_KERNEL_TEST_URL")
+    if url:
+        if not healthy(url):
+            raise RuntimeError(f"SANDBOX_KERNEL_TEST_URL={url} does not answer /v1/health")
+        return Server.elsewhere(url, os.environ.get("SANDBOX_KERNEL_TEST_TOKEN", ""))
+    state = os.environ.get("SANDBOX_KERNEL_TEST_STATE_DIR")
+    if state:
+        state_dir = pathlib.Path(state).absolute()  # the server runs in the repo, the tests anywhere
+        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.chmod(0o711)  # the sandboxes' uids traverse it to their image and workspace
+    else:
+        state_dir = make_state_dir("sbk-test-state-")
+    keep = bool(state) or os.environ.get("SANDBOX_KERNEL_TEST_KEEP_STATE") == "1"
+    return Server(state_dir, token=secrets.token_hex(16), log_name="test-server.log", keep_state=keep).open()
+
+
+# --------------------------------------------------------------------- sandboxes
+
+
+def sandbox_dir(server: Server, sandbox_id: str) -> pathlib.Path:
+    """Where a sandbox's host-side state is; a test that needs it cannot run against a
+    server started elsewhere."""
+    path = server.state_dir / "sandboxes" / sandbox_id
+    if server.external:
+        pytest.skip(f"the server's state directory is not on this host ({path}): "
+                    "SANDBOX_KERNEL_TEST_URL points at a server started elsewhere")
+    return path
+
+
+def read_state(server: Server, sandbox_id: str) -> dict:
+    return json.loads((sandbox_dir(server, sandbox_id) / "state.json").read_text())
+
+
+def supervisor_pid(server: Server, sandbox_id: str) -> int:
+    state = read_state(server, sandbox_id)
+    pid = state["supervisor_pid"]
+    assert isinstance(pid, int) and pid > 1, state
+    return pid
+
+
+def create(client: httpx.Client, **fields) -> dict:
+    r = client.post("/v1/sandboxes", json=fields)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def stream_events(client: httpx.Client, method: str, path: str, **kwargs: t.Any) -> list[dict]:
+    """The NDJSON events of a streamed answer, read to its end."""
+    with client.stream(method, path, **kwargs) as r:
+        assert r.status_code == 200, r.read()
+        return [json.loads(line) for line in r.iter_lines() if line]
+
+
+def execute(client: httpx.Client, sandbox_id: str, code: str, **fields) -> list[dict]:
+    """Run code; return its events, ``done`` last."""
+    return stream_events(client, "POST", f"/v1/sandboxes/{sandbox_id}/execute", json={"code": code, **fields})
+
+
+def of_type(events: list[dict], kind: str) -> list[dict]:
+    return [e for e in events if e["type"] == kind]
+
+
+def done_of(events: list[dict]) -> dict:
+    assert events, "the execute answered no event at all"
+    assert events[-1]["type"] == "done", events
+    assert len(of_type(events, "done")) == 1, events
+    return events[-1]
+
+
+def ok(events: list[dict]) -> list[dict]:
+    """The events of a cell that must have succeeded (the failure message shows them)."""
+    done = done_of(events)
+    assert done["status"] == "ok", events
+    assert not of_type(events, "error"), events
+    return events
+
+
+def stream_text(events: list[dict], name: str = "stdout") -> str:
+    return "".join(e["text"] for e in events if e["type"] == "stream" and e["name"] == name)
+
+
+def result_text(events: list[dict]) -> str | None:
+    results = of_type(events, "execute_result")
+    return results[-1]["data"].get("text/plain") if results else None
+
+
+# ------------------------------------------------------------------ kernels
+
+
+_KERNELSPEC_PREFIX: pathlib.Path | None = None
+
+
+def install_kernelspec() -> pathlib.Path:
+    """Install the kernelspec into a temporary prefix; returns its share/jupyter dir."""
+    global _KERNELSPEC_PREFIX
+    if _KERNELSPEC_PREFIX is None:
+        from kernel.install import install_kernelspec as install
+
+        prefix = pathlib.Path(tempfile.mkdtemp(prefix="sbk-test-jupyter-"))
+        install(prefix=str(prefix))
+        _KERNELSPEC_PREFIX = prefix
+    return _KERNELSPEC_PREFIX / "share" / "jupyter"
+
+
+def remove_kernelspec() -> None:
+    global _KERNELSPEC_PREFIX
+    if _KERNELSPEC_PREFIX is not None:
+        shutil.rmtree(_KERNELSPEC_PREFIX, ignore_errors=True)
+        _KERNELSPEC_PREFIX = None
+
+
+def kernel_environ(server: Server, jupyter_data: pathlib.Path) -> dict[str, str]:
+    """The environment variables a test kernel needs: this server, no embedded start."""
+    env = with_repo_on_path(dict(os.environ))
+    env.update(server.env)
+    env["SANDBOX_KERNEL_START_SERVER"] = "0"
+    env["JUPYTER_PATH"] = os.pathsep.join(
+        [str(jupyter_data), *[p for p in env.get("JUPYTER_PATH", "").split(os.pathsep) if p]]
+    )
+    return env
+
+
+@dataclass
+class CellRun:
+    reply: dict[str, t.Any]
+    outputs: list[dict[str, t.Any]]
+
+    @property
+    def status(self) -> str:
+        return self.reply["content"]["status"]
+
+    def of_type(self, msg_type: str) -> list[dict[str, t.Any]]:
+        return [m for m in self.outputs if m["msg_type"] == msg_type]
+
+    def stream(self, name: str) -> str:
+        return "".join(m["content"]["text"] for m in self.of_type("stream") if m["content"]["name"] == name)
+
+    @property
+    def stdout(self) -> str:
+        return self.stream("stdout")
+
+    @property
+    def stderr(self) -> str:
+        return self.stream("stderr")
+
+    @property
+    def errors(self) -> list[dict[str, t.Any]]:
+        return [m["content"] for m in self.of_type("error")]
+
+    def visible(self) -> list[dict[str, t.Any]]:
+        """The outputs a notebook keeps, as a frontend applies clear_output."""
+        kept: list[dict[str, t.Any]] = []
+        pending_clear = False
+        for msg in self.outputs:
+            if msg["msg_type"] == "clear_output":
+                if msg["content"].get("wait"):
+                    pending_clear = True
+                else:
+                    kept = []
+                continue
+            if pending_clear:
+                kept, pending_clear = [], False
+            if msg["msg_type"] != "update_display_data":
+                kept.append(msg)
+        return kept
+
+    def result_text(self) -> str | None:
+        results = self.of_type("execute_result")
+        return results[-1]["content"]["data"].get("text/plain") if results else None
+
+
+def run_cell(kc: t.Any, code: str, timeout: float = 60, **kwargs: t.Any) -> CellRun:
+    """Execute `code` and collect every IOPub message of that request up to idle.
+
+    A test that goes on after a failing cell should run that cell with
+    stop_on_error=False: otherwise ipykernel aborts requests that arrive while it is still
+    aborting the queue, and the next cell can come back "aborted" (a race in ipykernel,
+    not in this kernel).
+    """
+    msg_id = kc.execute(code, **kwargs)
+    deadline = time.monotonic() + timeout
+    reply = None
+    while reply is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no execute_reply within {timeout} s for {code!r}")
+        try:
+            msg = kc.get_shell_msg(timeout=remaining)
+        except Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            reply = msg
+    outputs = []
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            msg = kc.get_iopub_msg(timeout=max(remaining, 5))
+        except Empty:
+            raise TimeoutError(f"no idle status for {code!r}") from None
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "status":
+            if msg["content"]["execution_state"] == "idle":
+                break
+            continue
+        if msg["msg_type"] == "execute_input":
+            continue
+        outputs.append(msg)
+    return CellRun(reply, outputs)
+
+
+def shell_request(kc: t.Any, method: str, *args: t.Any, timeout: float = 30, **kwargs: t.Any) -> dict[str, t.Any]:
+    msg_id = getattr(kc, method)(*args, **kwargs)
+    while True:
+        msg = kc.get_shell_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg["content"]
