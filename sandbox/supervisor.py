@@ -27,8 +27,6 @@ import time
 import traceback
 from datetime import datetime, timezone
 
-import uvloop
-
 from . import statefile
 from .isolation import bwrap, cgroups, disk
 from .runtime.protocol import ProtocolError, read_frame, write_frame
@@ -715,7 +713,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("sandbox_dir")
     parser.add_argument("--ready-fd", type=int)
     args = parser.parse_args(argv)
-    sys.exit(uvloop.run(amain(args.sandbox_dir, args.ready_fd)))
+    # The default loop, not uvloop: uvloop's subprocess_exec sets bwrap's argv[0] to its host
+    # path, and bwrap (the sandbox's pid 1) would show the host's layout in /proc/1/cmdline.
+    sys.exit(asyncio.run(amain(args.sandbox_dir, args.ready_fd)))
 
 
 if __name__ == "__main__":

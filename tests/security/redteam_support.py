@@ -122,8 +122,11 @@ libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 
 def syscall(*args):
+    # syscall(2) is variadic: a bare Python int goes as a 32-bit int whose register's upper half
+    # is whatever was there, and the kernel reads all 64 bits (process_vm_readv's flags then
+    # came out nonzero now and then: EINVAL). Widen every argument to a long.
     ctypes.set_errno(0)
-    ret = libc.syscall(*args)
+    ret = libc.syscall(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
     return {"ret": ret, "errno": errno.errorcode.get(ctypes.get_errno()) if ret < 0 else None}
 
 def hits(data):

@@ -111,7 +111,8 @@ def libc_syscall(*args) -> tuple[int, str | None]:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     ctypes.set_errno(0)
-    ret = libc.syscall(*args)
+    # Variadic: widen ints to long, or a register's upper half goes to the kernel as garbage.
+    ret = libc.syscall(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
     return ret, (errno.errorcode.get(ctypes.get_errno()) if ret < 0 else None)
 
 
