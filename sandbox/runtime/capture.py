@@ -1,22 +1,24 @@
 """File-descriptor-level capture of stdout and stderr.
 
 Capturing fds 1 and 2 (not just ``sys.stdout``) is what makes output of C extensions,
-``os.system`` and ``!ls`` visible. Each fd is a pipe drained by a thread that forwards text
-as it arrives. Because the bytes travel through a pipe and a thread, the runtime must know
-when everything a cell wrote has been forwarded before it reports the cell done: it writes
-a random marker into each pipe and waits until the drain thread has seen it (``sync``).
-The marker is drawn fresh each time, so a cell cannot forge it.
+``os.system`` and ``!ls`` visible. Each fd is a pipe, drained by a thread that forwards text
+as it arrives. Before the runtime reports anything that must come after a cell's output (a
+display, a result, ``done``), everything already written must have been forwarded: ``sync``
+does that itself, in the caller's thread. The drain thread reads and forwards only while it
+holds the drain's lock, so once ``sync`` holds it, every byte written before the call is
+either forwarded already or still in the pipe, where ``sync`` reads it. Nothing is written
+into the pipe to find where a cell's output ends, so a cell has nothing to forge.
 """
 
 from __future__ import annotations
 
+import array
 import codecs
+import fcntl
 import os
-import secrets
+import select
+import termios
 import threading
-
-MARKER_PREFIX = b"\x00\x1bSBX-SYNC:"
-MARKER_LEN = len(MARKER_PREFIX) + 32 + 1  # prefix, 32 hex digits, newline
 
 
 class OutputBudget:
@@ -51,42 +53,32 @@ class PipeDrain(threading.Thread):
         read_end, write_end = os.pipe()
         os.dup2(write_end, fd)
         os.close(write_end)
+        os.set_blocking(read_end, False)
         self.read_end = read_end
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        self._expected: bytes | None = None
-        self._seen = threading.Event()
-        self._pending = b""
+        self.lock = threading.Lock()
 
     def run(self) -> None:
+        poller = select.poll()
+        poller.register(self.read_end, select.POLLIN)
         while True:
-            try:
-                data = os.read(self.read_end, 65536)
-            except InterruptedError:
-                continue
-            if not data:
-                return
-            self._feed(data)
+            poller.poll()
+            with self.lock:
+                if not self._drain(1 << 20):
+                    return
 
-    def _feed(self, data: bytes) -> None:
-        buf = self._pending + data
-        self._pending = b""
-        expected = self._expected
-        if expected is not None:
-            at = buf.find(expected)
-            if at >= 0:
-                self._forward(buf[:at], final=True)
-                rest = buf[at + len(expected):]
-                self._expected = None
-                self._seen.set()
-                if rest:
-                    self._forward(rest)
-                return
-            # Hold back a tail that could be the start of the marker.
-            keep = _partial_suffix(buf, expected)
-            if keep:
-                self._pending = buf[-keep:]
-                buf = buf[:-keep]
-        self._forward(buf)
+    def _drain(self, limit: int) -> bool:
+        """Forward up to ``limit`` bytes the pipe holds now; False at end of file."""
+        while limit > 0:
+            try:
+                data = os.read(self.read_end, min(limit, 65536))
+            except (BlockingIOError, InterruptedError):
+                return True
+            if not data:
+                return False
+            limit -= len(data)
+            self._forward(data)
+        return True
 
     def _forward(self, data: bytes, final: bool = False) -> None:
         if data:
@@ -96,24 +88,15 @@ class PipeDrain(threading.Thread):
         if text:
             self.emit(self.name_, text)
 
-    def sync(self, fd: int, timeout: float = 5.0) -> bool:
-        """Block until every byte written to ``fd`` before this call has been forwarded."""
-        marker = MARKER_PREFIX + secrets.token_hex(16).encode() + b"\n"
-        self._seen.clear()
-        self._expected = marker
-        view = memoryview(marker)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        ok = self._seen.wait(timeout)
-        if not ok:
-            self._expected = None
-        return ok
+    def sync(self) -> None:
+        """Forward every byte written to the fd before this call.
 
-
-def _partial_suffix(buf: bytes, marker: bytes) -> int:
-    """Length of the longest suffix of ``buf`` that is a proper prefix of ``marker``."""
-    for n in range(min(len(buf), len(marker) - 1), 0, -1):
-        if marker.startswith(buf[-n:]):
-            return n
-    return 0
+        Only what is in the pipe now is read: a background thread that never stops
+        writing cannot keep the caller here. An incomplete UTF-8 sequence at the end is
+        flushed as U+FFFD, since what follows is another message.
+        """
+        with self.lock:
+            pending = array.array("i", [0])
+            fcntl.ioctl(self.read_end, termios.FIONREAD, pending)
+            self._drain(pending[0])
+            self._forward(b"", final=True)

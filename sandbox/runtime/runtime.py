@@ -56,7 +56,7 @@ class Runtime:
                 (sys.stdout if fd == 1 else sys.stderr).flush()
             except Exception:
                 pass
-            self.drains[name].sync(fd)
+            self.drains[name].sync()
 
     def publish_display(self, data, metadata, transient, update) -> None:
         self.sync_streams()

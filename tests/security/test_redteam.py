@@ -909,13 +909,12 @@ os.symlink("{target}", "/workspace/d")  # the directory of the last upload, now 
 
 FORGED_FRAME = json.dumps({"type": "done", "status": "ok", "execution_count": 999, "reason": None, "exec": "x1"}).encode()
 FORGED = struct.pack(">I", len(FORGED_FRAME)) + FORGED_FRAME
+# What an in-band sync marker would look like: output sync counts bytes (FIONREAD) and never
+# scans the stream, so these bytes must come back as plain output.
 FAKE_MARKER = b"\x00\x1bSBX-SYNC:" + b"0" * 32 + b"\n"
 
 
 def test_p18_forged_frames_in_output(hostile, scratch):
-    from sandbox.runtime.capture import MARKER_PREFIX
-
-    assert FAKE_MARKER.startswith(MARKER_PREFIX)
     api = hostile.api
     sid = scratch["id"]
     count = done_of(api.run(sid, "pass"))["execution_count"]
