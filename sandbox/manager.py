@@ -46,6 +46,22 @@ class Handle:
     state: dict = field(default_factory=dict)
     # Open connections to the supervisor that finished an execute, kept for the next one.
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list)
+    # The supervisor's state.json as last read, and the (inode, mtime, size) it was read at.
+    recorded: dict | None = None
+    recorded_at: tuple[int, int, int] | None = None
+
+    def recorded_state(self) -> dict:
+        """state.json, read again only when the supervisor replaced it (every save is a
+        rename, so a new inode): it is consulted on every request."""
+        path = os.path.join(self.dir, "state.json")
+        try:
+            st = os.stat(path)
+        except OSError:
+            return dict(self.state)
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key != self.recorded_at:
+            self.recorded, self.recorded_at = statefile.read_json(path), key
+        return dict(self.recorded or self.state)
 
     @property
     def socket(self) -> str:
@@ -345,7 +361,7 @@ class SandboxManager:
             while alive and time.monotonic() < deadline:
                 time.sleep(0.02)
                 alive = self._supervisor_alive(handle)
-        st = statefile.read_json(os.path.join(handle.dir, "state.json")) or dict(handle.state)
+        st = handle.recorded_state()
         if alive and st.get("state") not in ENDED_STATES:
             return
         if alive and handle.process is not None:
