@@ -109,6 +109,14 @@ class Supervisor:
         self.state["updated_at"] = iso(time.time())
         statefile.write_json(self.state_path, self.state, durable=durable)
 
+    def save_if_possible(self) -> None:
+        """Save on the way out: a sandbox whose directory went away (or whose disk is full)
+        must still be killed, so the failure is reported, not raised."""
+        try:
+            self.save()
+        except OSError as exc:
+            print(f"supervisor: could not record state {self.state['state']!r}: {exc}", file=sys.stderr, flush=True)
+
     def save_soon(self) -> None:
         """Record a cell's count and expiry within a second, off the cell's path.
 
@@ -411,7 +419,7 @@ class Supervisor:
             return
         self.state["state"] = state
         self.state["end_message"] = message
-        self.save()
+        self.save_if_possible()
         await self.kill(state, message)
         self.finished.set()
 
@@ -444,7 +452,7 @@ class Supervisor:
         if self.spec.get("disk_quota"):
             await asyncio.to_thread(disk.destroy, self.workspace_image, self.spec["workspace"])
         self.state["ended_at"] = iso(time.time())
-        self.save()
+        self.save_if_possible()
         try:
             os.unlink(os.path.join(self.dir, "control.sock"))
         except FileNotFoundError:

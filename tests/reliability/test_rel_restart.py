@@ -9,7 +9,9 @@ and re-attaches. A supervisor that died while no server was running must be repo
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 
 import pytest
 
@@ -143,3 +145,25 @@ def test_server_kill9_mid_execute_interrupts_the_cell_and_keeps_the_sandbox(spaw
             "the cell kept running after the server that asked for it died"
         events = support.ok(support.execute(c, sid, "y, started, 'finished' in globals()"))
         assert support.result_text(events) == "(5, True, False)"
+
+
+def test_a_supervisor_whose_directory_was_removed_still_ends_its_sandbox_on_sigterm(spawn_server):
+    """An operator who wipes a state directory by hand (lazy unmount, rm -rf) and then stops
+    what is left: the supervisor cannot record the end any more, yet must still kill its
+    sandbox and exit, or the sandbox runs on with nothing left to find it by."""
+    server = spawn_server()
+    with server.client() as c:
+        sid = support.create(c)["id"]
+        support.ok(support.execute(c, sid, "x = 1"))
+    pid = support.supervisor_pid(server, sid)
+    directory = support.sandbox_dir(server, sid)
+    processes = support.processes_of(directory, [sid])
+    server.kill9()
+    assert runtime_alive(server, sid)  # control: the sandbox outlives the server
+    if os.path.ismount(directory / "workspace"):
+        subprocess.run(["umount", "-l", str(directory / "workspace")], check=True)
+    shutil.rmtree(directory)
+    os.kill(pid, signal.SIGTERM)
+    assert support.wait_for(lambda: not support.pid_alive(pid), 15), f"supervisor {pid} ignored SIGTERM"
+    assert support.wait_for(lambda: not any(support.pid_alive(p) for p in processes), 10), \
+        {p: support.command(p) for p in processes if support.pid_alive(p)}
