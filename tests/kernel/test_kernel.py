@@ -54,6 +54,9 @@ def test_kernel_info(kc):
     assert lang["pygments_lexer"] == "ipython3"
     assert lang["codemirror_mode"] == {"name": "ipython", "version": 3}
     assert "sandbox" in info["banner"]
+    # Subshells would run cells concurrently against one sandbox, which runs one at a time:
+    # the kernel has no shell-channel thread and must not offer them.
+    assert "kernel subshells" not in info.get("supported_features", [])
 
 
 def test_state_survives_between_cells(kc):
