@@ -30,7 +30,6 @@ import tempfile
 import time
 import typing as t
 from dataclasses import dataclass
-from queue import Empty
 
 import httpx
 import pytest
@@ -38,6 +37,9 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `kernel.install` and `sandbox.*` from a script run anywhere
     sys.path.insert(0, str(REPO))
+
+from bench import kernel_bench  # noqa: E402  (needs REPO on sys.path)
+from bench.harness import with_repo_on_path  # noqa: E402
 
 START_TIMEOUT = float(os.environ.get("SANDBOX_KERNEL_TEST_START_TIMEOUT", "900"))
 CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
@@ -66,15 +68,6 @@ def wait_for(predicate: t.Callable[[], t.Any], timeout: float, interval: float =
         if value or time.monotonic() > deadline:
             return value
         time.sleep(interval)
-
-
-def with_repo_on_path(env: dict[str, str]) -> dict[str, str]:
-    """`python -m sandbox` and `python -m kernel` must import this checkout from any cwd."""
-    env = dict(env)
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(REPO) not in parts:
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), *parts])
-    return env
 
 
 def server_env(token: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -654,35 +647,7 @@ def run_cell(kc: t.Any, code: str, timeout: float = 60, **kwargs: t.Any) -> Cell
     aborting the queue, and the next cell can come back "aborted" (a race in ipykernel,
     not in this kernel).
     """
-    msg_id = kc.execute(code, **kwargs)
-    deadline = time.monotonic() + timeout
-    reply = None
-    while reply is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"no execute_reply within {timeout} s for {code!r}")
-        try:
-            msg = kc.get_shell_msg(timeout=remaining)
-        except Empty:
-            continue
-        if msg["parent_header"].get("msg_id") == msg_id:
-            reply = msg
-    outputs = []
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            msg = kc.get_iopub_msg(timeout=max(remaining, 5))
-        except Empty:
-            raise TimeoutError(f"no idle status for {code!r}") from None
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "status":
-            if msg["content"]["execution_state"] == "idle":
-                break
-            continue
-        if msg["msg_type"] == "execute_input":
-            continue
-        outputs.append(msg)
+    reply, outputs = kernel_bench.run_cell(kc, code, timeout, **kwargs)
     return CellRun(reply, outputs)
 
 
