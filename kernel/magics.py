@@ -306,7 +306,13 @@ async def _pull(args: list[str], host: MagicHost) -> None:
     local = args[1] if len(args) == 2 else None
     sbx = await host.sandbox()
     if _has_glob(remote):
-        names = [f.path for f in await sbx.files.list() if f.type == "file" and _segments_match(remote, f.path)]
+        # Listed names are escaped (a byte that is not UTF-8 or a control byte as \xHH, a
+        # backslash as \\): the glob matches that spelling, which the download takes back.
+        listing = await sbx.files.list()
+        names = [f.path for f in listing if f.type == "file" and _segments_match(remote, f.path)]
+        if getattr(listing, "truncated", False):
+            host.stdout(f"%pull: the workspace listing stopped at {listing.limit} entries; "
+                        "files past that are not matched\n")
         if not names:
             raise MagicError("FileNotFoundError", f"%pull: nothing in /workspace matches {args[0]!r}")
         many = True

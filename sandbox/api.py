@@ -12,6 +12,7 @@ import contextlib
 import hmac
 import json
 import logging
+import urllib.parse
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -67,6 +68,23 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise ApiError(413, "too_large", f"the request body is larger than the {limit} byte limit")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def file_path(request: Request) -> str:
+    """The ``{path}`` of a files route, in the escaped spelling of sandbox/filenames.py.
+
+    The server decodes a URL's percent escapes as UTF-8 and would turn a byte that is not
+    UTF-8 into U+FFFD, naming some other file: such a URL is refused, pointing at the
+    escaped spelling (``%FF`` in a URL is ``\\xff`` in the path)."""
+    raw = request.scope.get("raw_path")
+    if raw is not None:
+        try:
+            urllib.parse.unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ApiError(400, "invalid_path", "the URL's path is not UTF-8 once percent-decoded: spell a byte that is "
+                           "not UTF-8 as \\xHH (a backslash, x, two hex digits; a backslash itself as \\\\), "
+                           "as GET /files lists it") from None
+    return request.path_params["path"]
 
 
 def build_app(manager: SandboxManager, token: str) -> Starlette:
@@ -139,20 +157,21 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > config.file_max_bytes:
             raise ApiError(413, "too_large", f"the file is larger than the {config.file_max_bytes} byte limit for one file")
-        result = await workspace(handle).write(request.path_params["path"], request.stream())
+        result = await workspace(handle).write(file_path(request), request.stream())
         return JSONResponse(result, status_code=201)
 
     async def get_file(request: Request):
         ws = workspace(live(request))
-        fd, size = ws.open_for_read(request.path_params["path"])
+        fd, size = ws.open_for_read(file_path(request))
         return StreamingResponse(ws.read_chunks(fd), media_type="application/octet-stream",
                                  headers={"Content-Length": str(size)})
 
     async def list_files(request: Request):
-        return JSONResponse({"files": await asyncio.to_thread(workspace(live(request)).list)})
+        return JSONResponse(await asyncio.to_thread(workspace(live(request)).list, config.files_list_max))
 
     async def delete_file(request: Request):
-        return JSONResponse(workspace(live(request)).delete(request.path_params["path"]))
+        ws = workspace(live(request))
+        return JSONResponse(await asyncio.to_thread(ws.delete, file_path(request)))
 
     async def list_images(request: Request):
         return JSONResponse({"images": [_image_view(i, manager) for i in manager.images.list()]})

@@ -34,12 +34,15 @@ from urllib.parse import quote
 
 import httpx
 
+from . import filenames
+
 __all__ = [
     "DEFAULT_URL",
     "AsyncSandbox",
     "Execution",
     "ExecutionError",
     "FileInfo",
+    "FileList",
     "InvalidRequest",
     "Limits",
     "Sandbox",
@@ -291,10 +294,17 @@ class SandboxInfo:
 
 @dataclass(frozen=True)
 class FileInfo:
+    """One entry of a workspace listing. `path` is the escaped spelling the files calls
+    take back (see sandbox/filenames.py); `raw_path` is the name's bytes."""
+
     path: str
     size: int | None = None
     type: str = "file"
     modified: datetime | None = None
+
+    @property
+    def raw_path(self) -> bytes:
+        return filenames.unescape(self.path)
 
     @classmethod
     def from_dict(cls, data: dict[str, t.Any]) -> FileInfo:
@@ -304,6 +314,20 @@ class FileInfo:
             type=data.get("type", "file"),
             modified=_parse_time(data.get("modified")),
         )
+
+
+class FileList(list):
+    """A workspace listing: a list of FileInfo that also says whether the server cut it
+    short (`truncated`, at `limit` entries)."""
+
+    def __init__(self, files: t.Iterable[FileInfo] = (), truncated: bool = False, limit: int | None = None) -> None:
+        super().__init__(files)
+        self.truncated = truncated
+        self.limit = limit
+
+    @classmethod
+    def from_body(cls, body: dict[str, t.Any]) -> FileList:
+        return cls((FileInfo.from_dict(f) for f in body.get("files", [])), bool(body.get("truncated")), body.get("limit"))
 
 
 @dataclass
@@ -755,10 +779,10 @@ class Files:
                     raise _transport_error(exc, tr.config) from exc
         return received
 
-    def list(self) -> list[FileInfo]:
-        """Every file under /workspace, recursively."""
+    def list(self) -> FileList:
+        """Every file under /workspace, recursively (up to the server's cap: `.truncated`)."""
         body = self._sandbox._transport.request("GET", f"/v1/sandboxes/{self._sandbox.id}/files")
-        return [FileInfo.from_dict(f) for f in body.get("files", [])]
+        return FileList.from_body(body)
 
     def delete(self, path: str) -> None:
         self._sandbox._transport.request("DELETE", _file_url(self._sandbox.id, path))
@@ -1128,9 +1152,9 @@ class AsyncFiles:
                     raise _transport_error(exc, tr.config) from exc
         return received
 
-    async def list(self) -> list[FileInfo]:
+    async def list(self) -> FileList:
         body = await self._sandbox._transport.request("GET", f"/v1/sandboxes/{self._sandbox.id}/files")
-        return [FileInfo.from_dict(f) for f in body.get("files", [])]
+        return FileList.from_body(body)
 
     async def delete(self, path: str) -> None:
         await self._sandbox._transport.request("DELETE", _file_url(self._sandbox.id, path))

@@ -39,6 +39,8 @@ class ServiceConfig(Configurable):
     execute_timeout_seconds = Int(600, help="Default per-execute wall time.").tag(config=True)
     file_max_bytes = Int(100 * MiB, help="Largest file one upload may write.").tag(config=True)
     request_max_bytes = Int(1 * MiB, help="Largest JSON request body.").tag(config=True)
+    files_list_max = Int(10000, help="Directory entries one GET /files reads at most; past that the listing says "
+                                      "truncated: true.").tag(config=True)
 
     pool_size = Int(2, help="Warm sandboxes kept ready for the default image.").tag(config=True)
     pool_sizes = Dict(help="Warm sandboxes per image name (overrides pool_size).").tag(config=True)

@@ -13,54 +13,66 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import os
 import secrets
-import shutil
 import stat
+import time
 from datetime import datetime, timezone
 
+from . import filenames
 from .errors import ApiError
 
 CHUNK = 1024 * 1024
-MAX_LIST = 10000
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DELETE_BATCH = 1000  # names read from a directory between two deletions
+DELETE_SECONDS = 60.0  # a sandbox that keeps filling a directory cannot keep a delete going
 
 
-def check_path(path: str) -> list[str]:
-    """Split a workspace-relative path, refusing anything that could leave the workspace."""
-    if not path or "\0" in path:
-        raise ApiError(400, "invalid_path", "the path is empty or contains a NUL byte")
-    if path.startswith("/"):
+def check_path(path: str) -> list[bytes]:
+    """Split a workspace-relative path in its escaped spelling (see sandbox/filenames.py) into
+    the names it stands for, refusing anything that could leave the workspace."""
+    if not path:
+        raise ApiError(400, "invalid_path", "the path is empty")
+    try:
+        raw = filenames.unescape(path)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_path", f"{path!r} is not a valid escaped path: {exc}") from None
+    if raw.startswith(b"/"):
         raise ApiError(400, "invalid_path", f"absolute paths are not allowed ({path!r}); paths are relative to /workspace")
-    if len(path.encode("utf-8", "surrogateescape")) > 4096:
+    if b"\0" in raw:
+        raise ApiError(400, "invalid_path", "the path contains a NUL byte")
+    if len(raw) > 4096:
         raise ApiError(400, "invalid_path", "the path is longer than 4096 bytes")
-    parts = [p for p in path.split("/") if p not in ("",)]
+    parts = [p for p in raw.split(b"/") if p]
     for part in parts:
-        if part in (".", ".."):
+        if part in (b".", b".."):
             raise ApiError(400, "invalid_path", f"'..' and '.' are not allowed in paths ({path!r})")
-        if len(part.encode("utf-8", "surrogateescape")) > 255:
+        if len(part) > 255:
             raise ApiError(400, "invalid_path", "a path component is longer than 255 bytes")
     if not parts:
         raise ApiError(400, "invalid_path", "the path names no file")
     return parts
 
 
-def _open_dir(root: str, parts: list[str], create: bool, owner: int | None) -> int:
+def _open_dir(root: str, parts: list[bytes], create: bool, owner: int | None) -> int:
     """An fd for the directory ``root/parts...``, walked without following any link."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = os.open(root, DIR_FLAGS)
     try:
         for part in parts:
             try:
-                next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                next_fd = os.open(part, DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
                 if not create:
-                    raise ApiError(404, "not_found", f"no directory {part!r} in the workspace") from None
+                    raise ApiError(404, "not_found", f"no directory {filenames.escape(part)!r} in the workspace") from None
                 os.mkdir(part, 0o755, dir_fd=fd)
                 if owner is not None:
                     os.chown(part, owner, owner, dir_fd=fd, follow_symlinks=False)
-                next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                next_fd = os.open(part, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise ApiError(400, "invalid_path", f"{part!r} is a symlink or not a directory; links are never followed") from None
+                    raise ApiError(400, "invalid_path", f"{filenames.escape(part)!r} is a symlink or not a directory; "
+                                   "links are never followed") from None
                 raise
             os.close(fd)
             fd = next_fd
@@ -68,6 +80,65 @@ def _open_dir(root: str, parts: list[str], create: bool, owner: int | None) -> i
     except BaseException:
         os.close(fd)
         raise
+
+
+class _OpenPath:
+    """The directories from a walk's top down to where the walk is, holding few fds.
+
+    Walks are iterative (a tree may be deeper than Python's recursion limit) and must not
+    hold one fd per level (it may be deeper than the process may open files). So fds are
+    kept for the last KEEP levels and for every STRIDE-th level; a level whose fd was
+    closed is opened again when the walk comes back to it, by name, from the nearest open
+    level above it, one O_NOFOLLOW step at a time like every other walk here: a sandbox
+    that renames things meanwhile can make the walk miss a directory, never leave the tree.
+    """
+
+    KEEP = 32
+    STRIDE = 32
+
+    def __init__(self, top_fd: int):
+        self.names: list[bytes] = [b""]
+        self.fds: list[int | None] = [top_fd]  # the top's fd belongs to the caller
+
+    @property
+    def depth(self) -> int:
+        return len(self.names) - 1
+
+    def rel(self, name: bytes) -> bytes:
+        return b"/".join(self.names[1:] + [name])
+
+    def fd(self) -> int:
+        level = base = self.depth
+        while self.fds[base] is None:
+            base -= 1
+        for i in range(base + 1, level + 1):
+            self.fds[i] = os.open(self.names[i], DIR_FLAGS, dir_fd=self.fds[i - 1])
+        return self.fds[level]
+
+    def enter(self, name: bytes) -> None:
+        fd = os.open(name, DIR_FLAGS, dir_fd=self.fd())
+        self.names.append(name)
+        self.fds.append(fd)
+        old = self.depth - self.KEEP
+        if old > 0 and old % self.STRIDE and self.fds[old] is not None:
+            os.close(self.fds[old])
+            self.fds[old] = None
+
+    def leave(self) -> bytes:
+        name = self.names.pop()
+        fd = self.fds.pop()
+        if fd is not None:
+            os.close(fd)
+        return name
+
+    def close(self) -> None:
+        while self.depth:
+            self.leave()
+
+
+def _kind(st: os.stat_result) -> str:
+    return ("directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else
+            "symlink" if stat.S_ISLNK(st.st_mode) else "other")
 
 
 class Workspace:
@@ -80,7 +151,7 @@ class Workspace:
         parts = check_path(path)
         dir_fd = _open_dir(self.root, parts[:-1], create=True, owner=self.owner)
         name = parts[-1]
-        tmp = f".upload-{secrets.token_hex(6)}"
+        tmp = f".upload-{secrets.token_hex(6)}".encode()
         size = 0
         try:
             try:
@@ -116,7 +187,7 @@ class Workspace:
                 except FileNotFoundError:
                     pass
             os.close(dir_fd)
-        return {"path": "/".join(parts), "size": size}
+        return {"path": filenames.escape(b"/".join(parts)), "size": size}
 
     def open_for_read(self, path: str) -> tuple[int, int]:
         parts = check_path(path)
@@ -147,38 +218,47 @@ class Workspace:
         finally:
             os.close(fd)
 
-    def list(self) -> list[dict]:
+    def list(self, limit: int) -> dict:
+        """Every entry under /workspace, depth first, each directory's names in byte order,
+        paths escaped (sandbox/filenames.py). At most ``limit`` directory entries are read:
+        past that the walk stops and ``truncated`` says so, so the cost of a listing does
+        not grow with what the sandbox made."""
         out: list[dict] = []
-        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        budget = [limit]
+        truncated = False
+        root_fd = os.open(self.root, DIR_FLAGS)
+        walk = _OpenPath(root_fd)
         try:
-            self._walk(root_fd, "", out)
-        finally:
-            os.close(root_fd)
-        return out
-
-    def _walk(self, fd: int, prefix: str, out: list[dict]) -> None:
-        with os.scandir(fd) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        for entry in entries:
-            if len(out) >= MAX_LIST:
-                return
-            if entry.name.startswith(".upload-"):
-                continue
-            st = entry.stat(follow_symlinks=False)
-            kind = "directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else \
-                "symlink" if stat.S_ISLNK(st.st_mode) else "other"
-            rel = prefix + entry.name
-            out.append({"path": rel, "size": st.st_size if kind == "file" else 0, "type": kind,
-                        "modified": datetime.fromtimestamp(st.st_mtime, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")})
-            if kind == "directory":
-                try:
-                    sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-                except OSError:
+            entries, cut = _read_dir(root_fd, budget)
+            truncated |= cut
+            pending = [entries]  # per level: the names still to list, last one first
+            while pending:
+                if not pending[-1]:
+                    pending.pop()
+                    if walk.depth:
+                        walk.leave()
+                    continue
+                name, st = pending[-1].pop()
+                kind = _kind(st)
+                out.append({"path": filenames.escape(walk.rel(name)), "size": st.st_size if kind == "file" else 0,
+                            "type": kind, "modified": _timestamp(st.st_mtime)})
+                if kind != "directory":
                     continue
                 try:
-                    self._walk(sub, rel + "/", out)
-                finally:
-                    os.close(sub)
+                    walk.enter(name)
+                except OSError:  # replaced or removed meanwhile: listed, not entered
+                    continue
+                try:
+                    entries, cut = _read_dir(walk.fd(), budget)
+                except OSError:
+                    walk.leave()
+                    continue
+                truncated |= cut
+                pending.append(entries)
+        finally:
+            walk.close()
+            os.close(root_fd)
+        return {"files": out, "count": len(out), "truncated": truncated, "limit": limit}
 
     def delete(self, path: str) -> dict:
         parts = check_path(path)
@@ -188,10 +268,102 @@ class Workspace:
                 st = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:
                 raise ApiError(404, "not_found", f"no file {path!r} in the workspace") from None
-            if stat.S_ISDIR(st.st_mode):
-                shutil.rmtree(parts[-1], dir_fd=dir_fd)
-            else:
-                os.unlink(parts[-1], dir_fd=dir_fd)
+            try:
+                if stat.S_ISDIR(st.st_mode):
+                    _remove_tree(dir_fd, parts[-1])
+                else:
+                    os.unlink(parts[-1], dir_fd=dir_fd)
+            except OSError as exc:
+                raise ApiError(409, "conflict", f"could not delete {path!r}: {exc.strerror}") from None
         finally:
             os.close(dir_fd)
-        return {"path": "/".join(parts), "deleted": True}
+        return {"path": filenames.escape(b"/".join(parts)), "deleted": True}
+
+
+def _timestamp(mtime: float) -> str:
+    return datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _read_dir(fd: int, budget: list[int]) -> tuple[list[tuple[bytes, os.stat_result]], bool]:
+    """(name, lstat) of a directory's entries, last in byte order first; reads at most
+    ``budget[0]`` entries (and spends them), and says whether it had to stop early."""
+    entries = []
+    cut = False
+    with os.scandir(fd) as it:
+        for entry in it:
+            if budget[0] <= 0:
+                cut = True
+                break
+            budget[0] -= 1
+            name = os.fsencode(entry.name)
+            if name.startswith(b".upload-"):
+                continue
+            try:
+                entries.append((name, entry.stat(follow_symlinks=False)))
+            except OSError:
+                continue  # gone meanwhile
+    entries.sort(key=lambda e: e[0], reverse=True)
+    return entries, cut
+
+
+def _remove_tree(parent_fd: int, name: bytes) -> None:
+    """``rm -r`` of ``name`` in ``parent_fd``, iteratively and without following links.
+
+    Each directory is read in batches; its files are unlinked as they are read and its
+    subdirectories entered one after the other, then it is read again until it is empty.
+    A sandbox still writing into the tree can only make this take longer, up to
+    DELETE_SECONDS, after which the delete fails with what it could not remove.
+    """
+    deadline = time.monotonic() + DELETE_SECONDS
+    walk = _OpenPath(parent_fd)
+    try:
+        walk.enter(name)
+        pending: list[list[bytes]] = [[]]  # per level: subdirectories to enter before reading it again
+        while walk.depth:
+            if time.monotonic() > deadline:
+                raise OSError(errno.EBUSY, f"the sandbox kept adding files for {DELETE_SECONDS:.0f} s")
+            if pending[-1]:
+                sub = pending[-1].pop()
+                try:
+                    walk.enter(sub)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    _unlink(walk.fd(), sub)  # it became a link or a file meanwhile
+                    continue
+                pending.append([])
+                continue
+            fd = walk.fd()
+            read = 0
+            with os.scandir(fd) as it:
+                for entry in itertools.islice(it, DELETE_BATCH):
+                    read += 1
+                    entry_name = os.fsencode(entry.name)
+                    if entry.is_dir(follow_symlinks=False):
+                        pending[-1].append(entry_name)
+                    else:
+                        _unlink(fd, entry_name)
+            if read:
+                continue
+            done = walk.leave()
+            pending.pop()
+            try:
+                os.rmdir(done, dir_fd=walk.fd())
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if exc.errno != errno.ENOTEMPTY:
+                    raise
+                walk.enter(done)  # filled again meanwhile: read it again
+                pending.append([])
+    finally:
+        walk.close()
+
+
+def _unlink(dir_fd: int, name: bytes) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass

@@ -349,18 +349,23 @@ class SandboxManager:
         return ApiError(410, "gone", f"{text}: {why}" if why else text,
                         extra={"state": state, "reason": st.get("dead_reason") or state})
 
-    def _check_handle(self, handle: Handle, wait: bool = False) -> None:
+    async def _wait_for_exit(self, handle: Handle, timeout: float = 15.0) -> None:
+        """Give an ending supervisor up to ``timeout`` seconds to exit, then file it as
+        `_check_handle` does. It sleeps on the event loop, never in it: the server keeps
+        answering every other request while one sandbox takes its time to go."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._supervisor_alive(handle) and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        self._check_handle(handle)
+
+    def _check_handle(self, handle: Handle) -> None:
         """Move a sandbox that has ended from the live registry to the ended one.
 
         Ended means its supervisor exited, or recorded an ended state and is tearing down
         (its exit is then reaped later, so a request right after a death already gets 410).
         """
         alive = self._supervisor_alive(handle)
-        if wait and alive:
-            deadline = time.monotonic() + 15
-            while alive and time.monotonic() < deadline:
-                time.sleep(0.02)
-                alive = self._supervisor_alive(handle)
         st = handle.recorded_state()
         if alive and st.get("state") not in ENDED_STATES:
             return
@@ -505,7 +510,7 @@ class SandboxManager:
         except ValueError:
             ready = {"ok": False, "error": f"the supervisor said: {line[:200]!r}"}
         if not ready.get("ok"):
-            self._check_handle(handle, wait=True)
+            await self._wait_for_exit(handle)
             self.live.pop(sandbox_id, None)
             self.ended.pop(sandbox_id, None)
             log.error("sandbox %s failed to start: %s (logs kept in %s)", sandbox_id, ready.get("error"), d)
@@ -550,10 +555,10 @@ class SandboxManager:
             await self.call(handle, {"op": "delete", "message": reason})
         except ApiError:
             pass
-        await asyncio.to_thread(self._check_handle, handle, True)
+        await self._wait_for_exit(handle)
         if handle.id in self.live:  # the supervisor did not end: kill it and its sandbox
             self._force_kill(handle)
-            await asyncio.to_thread(self._check_handle, handle, True)
+            await self._wait_for_exit(handle)
 
     def _force_kill(self, handle: Handle) -> None:
         import signal

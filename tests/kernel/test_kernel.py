@@ -381,6 +381,22 @@ def test_push_and_pull_round_trip(start_kernel, tmp_path):
     assert "pulled /workspace/out/result.txt → out/result.txt" in run.stdout
 
 
+def test_pull_with_a_glob_copes_with_names_that_are_not_text(start_kernel, tmp_path):
+    """The sandbox names its files: bytes that are not UTF-8 and a backslash must not break
+    %pull's listing; such a file lands under its escaped spelling (listed by GET /files)."""
+    km, kc = start_kernel(cwd=tmp_path)
+    run = run_cell(kc, "import os\nos.makedirs('/workspace/odd', exist_ok=True)\n"
+                       "for name in (b'bad-\\xff-name.txt', b'back\\\\slash.txt', b'plain.txt'):\n"
+                       "    open(b'/workspace/odd/' + name, 'wb').write(b'from ' + name)")
+    assert run.status == "ok", run.errors
+    run = run_cell(kc, "%pull odd/*.txt fetched/", timeout=120)
+    assert run.status == "ok", (run.errors, run.stdout)
+    fetched = {p.name: p.read_bytes() for p in (tmp_path / "fetched").iterdir()}
+    assert fetched == {"bad-\\xff-name.txt": b"from bad-\xff-name.txt", "back\\\\slash.txt": b"from back\\slash.txt",
+                       "plain.txt": b"from plain.txt"}, fetched
+    assert "3 files" in run.stdout
+
+
 def test_push_of_a_missing_file_fails_the_cell_before_its_code(kc):
     run = run_cell(kc, "%push no-such-file.csv\nprint('should not run')")
     assert run.status == "error"

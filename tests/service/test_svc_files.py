@@ -193,3 +193,105 @@ def test_links_and_fifos_planted_by_the_sandbox_are_refused(sandbox_server, api,
     # deleting a link removes the link, never its target
     assert api.delete(f"{base}/link").json() == {"path": "link", "deleted": True}
     assert pathlib.Path("/etc/passwd").read_bytes() == host_passwd
+
+
+# ---------------------------------------------------------------- what the sandbox names
+
+
+DEPTH = 1200  # deeper than Python's recursion limit and than 1024 open files
+
+
+def test_a_tree_deeper_than_the_recursion_limit_lists_and_deletes(api, sid, run):
+    import sys
+
+    assert DEPTH > sys.getrecursionlimit(), "the probe would not reach a recursive walk's limit"
+    ok(run(sid, "\n".join([
+        "import os",
+        "fd = os.open('/workspace', os.O_RDONLY)",
+        "os.mkdir('deep', dir_fd=fd)",
+        "fd = os.open('deep', os.O_RDONLY, dir_fd=fd)",
+        f"for _ in range({DEPTH} - 1):",
+        "    os.mkdir('d', dir_fd=fd)",
+        "    nxt = os.open('d', os.O_RDONLY, dir_fd=fd)",
+        "    os.close(fd)",
+        "    fd = nxt",
+        "os.close(os.open('bottom.txt', os.O_WRONLY | os.O_CREAT, dir_fd=fd))",
+    ]), timeout_seconds=120))
+    r = api.get(f"/v1/sandboxes/{sid}/files")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    deep = [f["path"] for f in body["files"] if f["path"].startswith("deep")]
+    bottom = "deep/" + "d/" * (DEPTH - 1) + "bottom.txt"
+    assert len(deep) == DEPTH + 1 and bottom in deep, (len(deep), deep[-1][-40:])
+    assert body["truncated"] is False and body["count"] == len(body["files"])
+
+    r = api.delete(f"/v1/sandboxes/{sid}/files/deep")
+    assert r.status_code == 200 and r.json() == {"path": "deep", "deleted": True}, r.text
+    assert not any(p.startswith("deep") for p in listing(api, sid))
+    gone = last_json_line(run(sid, "import os, json; print(json.dumps(os.path.exists('/workspace/deep')))"))
+    assert gone is False
+
+
+# A name of bytes that are not UTF-8, one with a backslash, one with control characters.
+ODD_NAMES = {
+    b"bad-\xff-name.txt": "bad-\\xff-name.txt",
+    b"back\\slash.txt": "back\\\\slash.txt",
+    b"line\nbreak\x1b[31m.txt": "line\\x0abreak\\x1b[31m.txt",
+}
+
+
+def test_names_that_are_not_text_are_listed_escaped_and_taken_back(sandbox_server, api, sid, run):
+    ok(run(sid, "\n".join([
+        "import os",
+        "os.makedirs('/workspace/odd', exist_ok=True)",
+        f"for name in {list(ODD_NAMES)!r}:",
+        "    with open(b'/workspace/odd/' + name, 'wb') as f:",
+        "        f.write(b'content of ' + name)",
+    ])))
+    files = listing(api, sid)
+    for raw, escaped in ODD_NAMES.items():
+        path = "odd/" + escaped
+        assert files.get(path, {}).get("type") == "file", (path, sorted(p for p in files if p.startswith("odd/")))
+        r = api.get(f"/v1/sandboxes/{sid}/files/{path}")
+        assert r.status_code == 200 and r.content == b"content of " + raw, (path, r.status_code, r.text)
+    # what goes in under an escaped name has exactly those bytes inside
+    r = api.put(f"/v1/sandboxes/{sid}/files/odd/up-\\xfe-\\\\.bin", content=b"up")
+    assert r.status_code == 201 and r.json()["path"] == "odd/up-\\xfe-\\\\.bin", r.text
+    inside = last_json_line(run(sid, "import os, json; print(json.dumps(sorted(n.hex() for n in os.listdir(b'/workspace/odd'))))"))
+    assert sorted(inside) == sorted(n.hex() for n in [*ODD_NAMES, b"up-\xfe-\\.bin"])
+    # a stray backslash, and a URL whose percent escapes are not UTF-8, are refused readably
+    error = api_error(api.get(f"/v1/sandboxes/{sid}/files/odd/bad\\q"), 400)
+    assert error["code"] == "invalid_path" and "escape" in error["message"], error
+    r = raw_request(sandbox_server.url, "GET", f"/v1/sandboxes/{sid}/files/odd/bad-%FF-name.txt", token=sandbox_server.token)
+    error = api_error(r, 400)
+    assert "\\xHH" in error["message"], error
+    assert api_error(api.get(f"/v1/sandboxes/{sid}/files/odd/\\x00x"), 400)["code"] == "invalid_path"
+    # the escapes cannot spell a way out
+    for sneaky in ("\\x2e\\x2e/token", "odd/\\x2e\\x2e/\\x2e\\x2e/token", "\\x2fetc/passwd"):
+        r = api.get(f"/v1/sandboxes/{sid}/files/{sneaky}")
+        assert r.status_code in (400, 404), (sneaky, r.status_code, r.text)
+        assert b"root:" not in r.content
+    for raw, escaped in ODD_NAMES.items():
+        r = api.delete(f"/v1/sandboxes/{sid}/files/odd/{escaped}")
+        assert r.status_code == 200 and r.json() == {"path": "odd/" + escaped, "deleted": True}, r.text
+    assert [p for p in listing(api, sid) if p.startswith("odd/")] == ["odd/up-\\xfe-\\\\.bin"]
+    assert api.delete(f"/v1/sandboxes/{sid}/files/odd").status_code == 200
+
+
+def test_a_listing_stops_at_its_cap_and_says_so(api, sid, run):
+    cap = 10000  # the server's default files_list_max
+    ok(run(sid, "\n".join([
+        "import os",
+        "os.makedirs('/workspace/many', exist_ok=True)",
+        f"for i in range({cap} + 500):",
+        "    open(f'/workspace/many/f{i:05d}', 'w').close()",
+    ]), timeout_seconds=120))
+    r = api.get(f"/v1/sandboxes/{sid}/files")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["truncated"] is True and body["limit"] == cap, {k: v for k, v in body.items() if k != "files"}
+    assert body["count"] == len(body["files"]) <= cap
+    assert api.delete(f"/v1/sandboxes/{sid}/files/many").status_code == 200
+    # control: the same workspace without the crowd is listed whole
+    body = api.get(f"/v1/sandboxes/{sid}/files").json()
+    assert body["truncated"] is False and body["count"] == len(body["files"]) < cap
