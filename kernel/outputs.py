@@ -16,52 +16,38 @@ from __future__ import annotations
 import typing as t
 from dataclasses import dataclass, field
 
+from sandbox.runtime import vocabulary as V
+
 Message = t.Tuple[str, t.Dict[str, t.Any]]
-
-# Why a cell did not end by itself, in words, for cells that failed without an error event.
-REASONS: dict[str, tuple[str, str]] = {
-    "interrupted": ("KeyboardInterrupt", "the cell was interrupted"),
-    "timeout_interrupted": ("TimeoutError", "the cell hit its time limit and was interrupted; variables are kept"),
-    "timeout_killed": (
-        "SandboxDied",
-        "the cell hit its time limit and ignored the interrupt, so the sandbox was killed; its variables are lost",
-    ),
-    "oom": ("SandboxDied", "the sandbox ran out of memory and was killed; its variables are lost"),
-    "pids": ("SandboxDied", "the sandbox hit its process limit and was killed; its variables are lost"),
-    "crashed": ("SandboxDied", "the sandbox's Python process crashed; its variables are lost"),
-    "server_shutdown": ("SandboxAborted", "the sandbox server shut down during the cell"),
-}
-
-GONE_STATES = frozenset({"dead", "expired", "deleted", "lost"})
 
 
 def event_to_message(event: dict[str, t.Any], execution_count: int | None = None) -> Message | None:
     """The Jupyter IOPub message for one sandbox event, or None for events with no
     Jupyter counterpart (`done`, and types newer than this kernel)."""
     kind = event.get("type")
-    if kind == "stream":
-        name = event.get("name") if event.get("name") in ("stdout", "stderr") else "stdout"
+    if kind == V.STREAM:
+        name = event.get("name") if event.get("name") in V.STREAM_NAMES else V.STDOUT
         return "stream", {"name": name, "text": str(event.get("text", ""))}
-    if kind in ("display_data", "update_display_data"):
+    if kind in (V.DISPLAY_DATA, V.UPDATE_DISPLAY_DATA):
         content: dict[str, t.Any] = {
             "data": dict(event.get("data") or {}),
             "metadata": dict(event.get("metadata") or {}),
             "transient": dict(event.get("transient") or {}),
         }
-        if kind == "update_display_data" and not content["transient"].get("display_id"):
+        if kind == V.UPDATE_DISPLAY_DATA and not content["transient"].get("display_id"):
             # An update with nothing to update is shown rather than dropped.
-            kind = "display_data"
+            kind = V.DISPLAY_DATA
         return kind, content
-    if kind == "execute_result":
+    if kind == V.EXECUTE_RESULT:
         count = event.get("execution_count", execution_count)
         return "execute_result", {
             "execution_count": count,
             "data": dict(event.get("data") or {}),
             "metadata": dict(event.get("metadata") or {}),
         }
-    if kind == "clear_output":
+    if kind == V.CLEAR_OUTPUT:
         return "clear_output", {"wait": bool(event.get("wait", False))}
-    if kind == "error":
+    if kind == V.ERROR:
         return "error", error_content(event.get("ename", "Error"), event.get("evalue", ""), event.get("traceback"))
     return None
 
@@ -100,12 +86,12 @@ class CellMapper:
 
     def feed(self, event: dict[str, t.Any]) -> list[Message]:
         kind = event.get("type")
-        if kind == "done":
+        if kind == V.DONE:
             self.done = event
             if event.get("execution_count") is not None:
                 self.execution_count = event["execution_count"]
             return []
-        if kind == "execute_result":
+        if kind == V.EXECUTE_RESULT:
             if event.get("execution_count") is not None:
                 self.execution_count = event["execution_count"]
             data = event.get("data") or {}
@@ -125,22 +111,26 @@ class CellMapper:
     def finish(self) -> tuple[list[Message], dict[str, t.Any]]:
         """Messages still owed (a synthesized error) and the execute reply content."""
         done = self.done or {}
-        status = done.get("status", "ok")
-        if status == "ok" and self.error is None:
+        status = done.get("status", V.OK)
+        if status == V.OK and self.error is None:
             return [], ok_reply(self.execution_count)
         owed: list[Message] = []
         if self.error is None:
             reason = done.get("reason")
-            ename, evalue = REASONS.get(reason or "", ("SandboxError", f"the cell ended with status {status!r}"))
-            if reason and reason not in REASONS:
-                evalue = f"{evalue} ({reason})"
+            known = V.REASONS.get(reason or "")
+            if known is not None:
+                ename, evalue = known.ename, known.text
+            else:
+                ename, evalue = "SandboxError", f"the cell ended with status {status!r}"
+                if reason:
+                    evalue = f"{evalue} ({reason})"
             self.error = error_content(ename, evalue)
             owed.append(("error", self.error))
         return owed, error_reply(self.execution_count, self.error)
 
     @property
     def sandbox_gone(self) -> bool:
-        return (self.done or {}).get("sandbox_state") in GONE_STATES
+        return (self.done or {}).get("sandbox_state") in V.ENDED_STATES
 
 
 # --------------------------------------------------------------------------- notices
@@ -160,10 +150,10 @@ def gone_notice(old_id: str, why: str, pushed: t.Sequence[str], new_id: str | No
 def died_reason(done: dict[str, t.Any]) -> str:
     """Why a sandbox did not survive a cell, from the cell's `done` event."""
     reason = done.get("reason")
-    state = done.get("sandbox_state") or "dead"
-    verb = "died" if state == "dead" else f"was {state}"
-    if reason in REASONS:
-        return f"it {verb} during the previous cell ({reason}: {REASONS[reason][1].split(';')[0]})"
+    state = done.get("sandbox_state") or V.DEAD
+    verb = "died" if state == V.DEAD else f"was {state}"
+    if reason in V.REASONS:
+        return f"it {verb} during the previous cell ({reason}: {V.REASONS[reason].text.split(';')[0]})"
     if reason:
         return f"it {verb} during the previous cell ({reason})"
     return f"it {verb} during the previous cell"

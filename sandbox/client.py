@@ -35,6 +35,7 @@ from urllib.parse import quote
 import httpx
 
 from . import filenames
+from .runtime import vocabulary as V
 
 __all__ = [
     "DEFAULT_URL",
@@ -368,7 +369,7 @@ class Execution:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok" and self.error is None
+        return self.status == V.OK and self.error is None
 
     @property
     def text(self) -> str | None:
@@ -380,22 +381,22 @@ class Execution:
 
     def _apply(self, event: dict[str, t.Any]) -> None:
         kind = event.get("type")
-        if kind == "stream":
-            if event.get("name") == "stderr":
+        if kind == V.STREAM:
+            if event.get("name") == V.STDERR:
                 self.stderr += event.get("text", "")
             else:
                 self.stdout += event.get("text", "")
-        elif kind == "execute_result":
+        elif kind == V.EXECUTE_RESULT:
             self.results.append(event.get("data") or {})
-        elif kind in ("display_data", "update_display_data"):
+        elif kind in (V.DISPLAY_DATA, V.UPDATE_DISPLAY_DATA):
             self.display.append(event.get("data") or {})
-        elif kind == "error":
+        elif kind == V.ERROR:
             # The first error is the cell's: later ones (if any) are consequences.
             if self.error is None:
                 self.error = ExecutionError(
                     event.get("ename", "Error"), event.get("evalue", ""), list(event.get("traceback") or [])
                 )
-        elif kind == "done":
+        elif kind == V.DONE:
             self.status = event.get("status")
             self.execution_count = event.get("execution_count")
             self.duration = event.get("duration")
@@ -416,17 +417,17 @@ def _callbacks_for(
 ) -> list[tuple[Callback, t.Any]]:
     calls: list[tuple[Callback, t.Any]] = []
     kind = event.get("type")
-    if kind == "stream":
-        target = on_stderr if event.get("name") == "stderr" else on_stdout
+    if kind == V.STREAM:
+        target = on_stderr if event.get("name") == V.STDERR else on_stdout
         if target:
             calls.append((target, event.get("text", "")))
-    elif kind in ("display_data", "update_display_data", "clear_output"):
+    elif kind in (V.DISPLAY_DATA, V.UPDATE_DISPLAY_DATA, V.CLEAR_OUTPUT):
         if on_display:
             calls.append((on_display, event))
-    elif kind == "execute_result":
+    elif kind == V.EXECUTE_RESULT:
         if on_result:
             calls.append((on_result, event))
-    elif kind == "error":
+    elif kind == V.ERROR:
         if on_error:
             calls.append((on_error, event))
     if on_event:
@@ -965,7 +966,7 @@ class Sandbox:
                         event, on_stdout, on_stderr, on_display, on_result, on_error, on_event
                     ):
                         fn(arg)
-                    if event.get("type") == "done":
+                    if event.get("type") == V.DONE:
                         saw_done = True
             except httpx.TransportError as exc:
                 if not saw_done:
@@ -994,7 +995,7 @@ class Sandbox:
         except (SandboxGone, SandboxNotFound):
             pass
         if self._info is not None:
-            self._info = dataclasses.replace(self._info, state="deleted")
+            self._info = dataclasses.replace(self._info, state=V.DELETED)
 
     # -- introspection
 
@@ -1307,7 +1308,7 @@ class AsyncSandbox:
                         event, on_stdout, on_stderr, on_display, on_result, on_error, on_event
                     ):
                         await _call(fn, arg)
-                    if event.get("type") == "done":
+                    if event.get("type") == V.DONE:
                         saw_done = True
             except httpx.TransportError as exc:
                 if not saw_done:
@@ -1333,7 +1334,7 @@ class AsyncSandbox:
         except (SandboxGone, SandboxNotFound):
             pass
         if self._info is not None:
-            self._info = dataclasses.replace(self._info, state="deleted")
+            self._info = dataclasses.replace(self._info, state=V.DELETED)
 
     async def complete(self, code: str, cursor_pos: int | None = None) -> dict[str, t.Any]:
         pos = len(code) if cursor_pos is None else cursor_pos

@@ -26,11 +26,11 @@ from .errors import ApiError
 from .images import ImageStore
 from .isolation import bwrap, cgroups, disk
 from .paths import StateDir
+from .runtime import vocabulary as V
 from .runtime.protocol import ProtocolError, read_frame, write_frame
 
 log = logging.getLogger("sandbox.manager")
 
-ENDED_STATES = {"dead", "expired", "deleted", "lost"}
 IDLE_CONNECTIONS = 2  # per sandbox: enough for a client that runs one cell after another
 TOMBSTONE_SECONDS = 24 * 3600
 
@@ -156,8 +156,8 @@ class SandboxManager:
             if spec is None:
                 continue
             if st is None:
-                st = {"id": sandbox_id, "state": "lost"}
-            if st.get("state") in ENDED_STATES:
+                st = {"id": sandbox_id, "state": V.LOST, "dead_reason": V.LOST}
+            if st.get("state") in V.ENDED_STATES:
                 self._bury(sandbox_id, st, d)
                 continue
             handle = Handle(sandbox_id, d, spec["image"], spec.get("uid"), pid=st.get("supervisor_pid"), state=st)
@@ -171,11 +171,11 @@ class SandboxManager:
             if reply and reply.get("state"):
                 handle.state = reply["state"]
                 self.live[sandbox_id] = handle
-                if handle.state.get("state") == "pooled":
+                if handle.state.get("state") == V.POOLED:
                     self.pool.setdefault(handle.image, deque()).append(sandbox_id)
                 log.info("re-attached to sandbox %s (%s)", sandbox_id, handle.state.get("state"))
             else:
-                st.update(state="lost", dead_reason="lost",
+                V.advance(st, V.LOST, dead_reason=V.LOST,
                           dead_message="its processes ended while the server was not running")
                 statefile.write_json(os.path.join(d, "state.json"), st)
                 self._bury(sandbox_id, st, d)
@@ -283,11 +283,11 @@ class SandboxManager:
                 done, _ = await asyncio.wait({next_frame, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if next_frame not in done:
                     next_frame.cancel()
-                    yield {"type": "error", "ename": "ServerShutdown",
-                           "evalue": "the sandbox server is shutting down; the cell was interrupted (the sandbox and its variables are kept)",
-                           "traceback": []}
-                    yield {"type": "done", "status": "aborted", "reason": "server_shutdown",
-                           "sandbox_state": handle.state.get("state", "running")}
+                    yield V.error_event("ServerShutdown", "the sandbox server is shutting down; the cell was "
+                                        "interrupted (the sandbox and its variables are kept)")
+                    yield V.done_event(V.ABORTED, reason=V.SERVER_SHUTDOWN,
+                                       execution_count=handle.state.get("execution_count"),
+                                       sandbox_state=handle.state.get("state", V.RUNNING))
                     return
                 stop.cancel()
                 frame, next_frame = next_frame, None
@@ -306,18 +306,19 @@ class SandboxManager:
                     self._check_handle(handle)
                     st = self.ended.get(handle.id) or {}
                     message = st.get("dead_message") or st.get("end_message") or "its supervisor stopped"
-                    yield {"type": "error", "ename": "SandboxDied", "evalue": message, "traceback": []}
-                    yield {"type": "done", "status": "error", "reason": st.get("dead_reason") or "crashed",
-                           "sandbox_state": st.get("state", "dead")}
+                    reason = st.get("dead_reason") or V.CRASHED
+                    yield V.reason_error_event(reason, message)
+                    yield V.done_event(V.ERROR, reason=reason, execution_count=st.get("execution_count"),
+                                       sandbox_state=st.get("state", V.DEAD))
                     return
                 reused = None
                 yield event
-                if event.get("type") == "done":
+                if event.get("type") == V.DONE:
                     reusable = True
                     handle.state["execution_count"] = event.get("execution_count")
                     if event.get("expires_at"):  # the execute renewed the TTL: GET /v1/sandboxes shows it
                         handle.state["expires_at"] = event["expires_at"]
-                    if event.get("sandbox_state") in ENDED_STATES:
+                    if event.get("sandbox_state") in V.ENDED_STATES:
                         self._check_handle(handle)
                     return
         finally:
@@ -334,7 +335,7 @@ class SandboxManager:
         if handle is not None:
             self._check_handle(handle)
             handle = self.live.get(sandbox_id)
-        if handle is None or handle.state.get("state") == "pooled":
+        if handle is None or handle.state.get("state") == V.POOLED:
             if sandbox_id in self.ended:
                 raise self.gone_error(sandbox_id)
             raise ApiError(404, "not_found", f"no sandbox with id {sandbox_id!r}")
@@ -342,10 +343,10 @@ class SandboxManager:
 
     def gone_error(self, sandbox_id: str) -> ApiError:
         st = self.ended[sandbox_id]
-        state = st.get("state", "dead")
+        state = st.get("state", V.DEAD)
         why = st.get("dead_message") or st.get("end_message") or ""
-        text = {"expired": f"sandbox {sandbox_id} expired", "deleted": f"sandbox {sandbox_id} was deleted",
-                "lost": f"sandbox {sandbox_id} was lost", "dead": f"sandbox {sandbox_id} died"}.get(state, state)
+        text = {V.EXPIRED: f"sandbox {sandbox_id} expired", V.DELETED: f"sandbox {sandbox_id} was deleted",
+                V.LOST: f"sandbox {sandbox_id} was lost", V.DEAD: f"sandbox {sandbox_id} died"}.get(state, state)
         return ApiError(410, "gone", f"{text}: {why}" if why else text,
                         extra={"state": state, "reason": st.get("dead_reason") or state})
 
@@ -367,12 +368,12 @@ class SandboxManager:
         """
         alive = self._supervisor_alive(handle)
         st = handle.recorded_state()
-        if alive and st.get("state") not in ENDED_STATES:
+        if alive and st.get("state") not in V.ENDED_STATES:
             return
         if alive and handle.process is not None:
             self.reaping.append(handle.process)
-        if st.get("state") not in ENDED_STATES:
-            st.update(state="dead", dead_reason=st.get("dead_reason") or "crashed",
+        if st.get("state") not in V.ENDED_STATES:
+            V.advance(st, V.DEAD, dead_reason=st.get("dead_reason") or V.CRASHED,
                       dead_message=st.get("dead_message") or "its supervisor process ended unexpectedly")
         self.live.pop(handle.id, None)
         self._drop_idle(handle)
@@ -390,7 +391,7 @@ class SandboxManager:
     def list(self) -> list[Handle]:
         for handle in list(self.live.values()):
             self._check_handle(handle)
-        return [h for h in self.live.values() if h.state.get("state") != "pooled"]
+        return [h for h in self.live.values() if h.state.get("state") != V.POOLED]
 
     def in_use(self, image: str) -> int:
         return sum(1 for h in self.live.values()
@@ -487,7 +488,7 @@ class SandboxManager:
         statefile.write_json(os.path.join(d, "spec.json"), spec)
         # Until the supervisor reports, a pool sandbox must already look pooled (hidden from
         # GET /v1/sandboxes and from get), not like a user's sandbox with no state.
-        handle = Handle(sandbox_id, d, image, uid, state={"state": "pooled" if pooled else "booting"})
+        handle = Handle(sandbox_id, d, image, uid, state={"state": V.POOLED if pooled else V.BOOTING})
         read_fd, write_fd = os.pipe()
         log_file = open(os.path.join(d, "supervisor.log"), "ab")
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}
@@ -547,7 +548,7 @@ class SandboxManager:
     async def delete(self, sandbox_id: str, reason: str = "it was deleted") -> dict:
         handle = self.get(sandbox_id)  # 404/410 for unknown, ended and pooled ids
         await self.end(handle, reason)
-        return {"id": sandbox_id, "state": "deleted"}
+        return {"id": sandbox_id, "state": V.DELETED}
 
     async def end(self, handle: Handle, reason: str) -> None:
         """Delete one sandbox, claimed or pooled, and wait until its processes are gone."""

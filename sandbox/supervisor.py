@@ -29,13 +29,13 @@ from datetime import datetime, timezone
 
 from . import statefile
 from .isolation import bwrap, cgroups, disk
+from .runtime import vocabulary as V
 from .runtime.protocol import ProtocolError, read_frame, write_frame
 
 INTERRUPT_GRACE = 2.0
 SAVE_DELAY = 1.0
 RUNTIME_LOG_BYTES = 1024 * 1024
 RUNTIME_READY_TIMEOUT = 180.0
-EXEC_EVENT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "clear_output", "error"}
 
 
 def iso(ts: float | None) -> str | None:
@@ -64,7 +64,7 @@ class Supervisor:
         pooled = bool(self.spec.get("pooled"))
         self.state: dict = {
             "id": self.spec["id"],
-            "state": "booting",
+            "state": V.BOOTING,
             "pooled": pooled,
             "image": self.spec["image"],
             "supervisor_pid": os.getpid(),
@@ -264,10 +264,10 @@ class Supervisor:
             code = await self._exit_code(1.0)
             raise RuntimeError(f"the sandbox runtime did not start ({type(exc).__name__}, exit code {code}); "
                                f"see {os.path.join(self.dir, 'runtime.log')}: {self._log_tail()}") from None
-        if ready.get("type") != "ready":
+        if ready.get("type") != V.READY:
             raise RuntimeError(f"unexpected first frame from the runtime: {ready.get('type')!r}")
         self.state["runtime"] = {k: ready.get(k) for k in ("python", "preloaded", "preload_failed")}
-        self.state["state"] = "pooled" if self.state["pooled"] else "running"
+        V.advance(self.state, V.POOLED if self.state["pooled"] else V.RUNNING)
         self.reader_task = asyncio.create_task(self._read_runtime(reader))
         self.watch_task = asyncio.create_task(self._watch_process())
         self.ttl_task = asyncio.create_task(self._watch_deadlines())
@@ -313,17 +313,17 @@ class Supervisor:
             except ProtocolError as exc:
                 # The runtime never sends such a frame: code in the sandbox wrote to the
                 # channel. Nothing it says can be trusted any more, so the sandbox ends.
-                asyncio.create_task(self.kill("protocol", "the sandbox broke its control channel's "
+                asyncio.create_task(self.kill(V.PROTOCOL, "the sandbox broke its control channel's "
                                               f"protocol ({exc}) and was stopped; its variables are gone"))
                 return
             except (EOFError, OSError):
                 return
             kind = frame.get("type")
-            if kind == "reply":
+            if kind == V.REPLY:
                 future = self.pending.pop(frame.get("id"), None)
                 if future is not None and not future.done():
                     future.set_result(frame)
-            elif kind in EXEC_EVENT_TYPES or kind == "done":
+            elif kind in V.EXECUTE_EVENTS:
                 current = self.current
                 if current is not None and frame.get("exec") == current.id:
                     await current.events.put(frame)
@@ -333,10 +333,11 @@ class Supervisor:
         code = await self.proc.wait()
         reason, message = self._death_cause(code)
         self.state["exit_code"] = code
-        if self.state["state"] in ("running", "pooled", "booting"):
-            self.state["state"] = "dead" if reason not in ("expired", "deleted") else reason
-            if self.state["state"] == "dead":
-                self.state["dead_reason"], self.state["dead_message"] = reason, message
+        if self.state["state"] in V.LIVE_STATES:
+            if reason in (V.EXPIRED, V.DELETED):
+                V.advance(self.state, reason)
+            else:
+                V.advance(self.state, V.DEAD, dead_reason=reason, dead_message=message)
         self.save()
         if self.current is not None:
             await self.current.events.put({"type": "_died", "reason": reason, "message": message})
@@ -350,7 +351,7 @@ class Supervisor:
         if self.kill_reason is not None:
             return self.kill_reason
         if self.cgroup is not None and self.cgroup.oom_kills() > self.oom_baseline:
-            return "oom", (f"the sandbox ran out of memory and was killed by the out-of-memory killer "
+            return V.OOM, (f"the sandbox ran out of memory and was killed by the out-of-memory killer "
                            f"(memory limit {describe_mb(limits.get('memory_mb'))})")
         signum = None
         if code is not None and code < 0:
@@ -358,10 +359,10 @@ class Supervisor:
         elif code is not None and code > 128:
             signum = code - 128
         if self.cgroup is not None and self.cgroup.pids_limit_hits() > self.pids_baseline:
-            return "pids", (f"the sandbox hit its process limit ({limits.get('pids')} processes) and its "
+            return V.PIDS, (f"the sandbox hit its process limit ({limits.get('pids')} processes) and its "
                             f"runtime died (exit code {code})")
         if signum == signal.SIGKILL and self.state["isolation"].get("memory") == "rlimit":
-            return "oom", f"the sandbox was killed, probably out of memory (limit {describe_mb(limits.get('memory_mb'))})"
+            return V.OOM, f"the sandbox was killed, probably out of memory (limit {describe_mb(limits.get('memory_mb'))})"
         if signum is not None:
             try:
                 name = signal.Signals(signum).name
@@ -370,8 +371,8 @@ class Supervisor:
             what = {"SIGSEGV": "a segmentation fault", "SIGBUS": "a bus error", "SIGABRT": "an abort",
                     "SIGILL": "an illegal instruction", "SIGSYS": "a forbidden system call (seccomp)",
                     "SIGFPE": "a floating point exception"}.get(name, name)
-            return "crashed", f"the sandbox's Python process crashed with {what} ({name}), for example in a C extension"
-        return "crashed", f"the sandbox's Python process exited unexpectedly (exit code {code})"
+            return V.CRASHED, f"the sandbox's Python process crashed with {what} ({name}), for example in a C extension"
+        return V.CRASHED, f"the sandbox's Python process exited unexpectedly (exit code {code})"
 
     async def request(self, message: dict, timeout: float = 30.0) -> dict:
         if self.finished.is_set():
@@ -405,20 +406,19 @@ class Supervisor:
             await asyncio.sleep(0.25)
             now = time.time()
             if now >= self.state["max_expires_at"]:
-                await self.end("expired", "it reached its maximum lifetime of "
+                await self.end(V.EXPIRED, "it reached its maximum lifetime of "
                                f"{self.spec['max_lifetime_seconds']} s")
                 return
             if now >= self.state["expires_at"] and self.current is None and not self.exec_lock.locked():
                 what = "pool idle time" if self.state["pooled"] else f"TTL of {self.state['ttl_seconds']} s"
-                await self.end("expired", f"it was not used within its {what}")
+                await self.end(V.EXPIRED, f"it was not used within its {what}")
                 return
 
     async def end(self, state: str, message: str) -> None:
         """Kill the sandbox for good and record why (expired or deleted)."""
-        if self.state["state"] in ("dead", "expired", "deleted"):
+        if self.state["state"] in V.ENDED_STATES:
             return
-        self.state["state"] = state
-        self.state["end_message"] = message
+        V.advance(self.state, state, end_message=message)
         self.save_if_possible()
         await self.kill(state, message)
         self.finished.set()
@@ -445,7 +445,7 @@ class Supervisor:
 
     async def teardown(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
-            await self.kill(*(self.kill_reason or ("killed", "the supervisor ended")))
+            await self.kill(*(self.kill_reason or (V.KILLED, "the supervisor ended")))
         if self.cgroup is not None:
             await asyncio.to_thread(self.cgroup.kill_all)
             self.cgroup.remove()
@@ -495,11 +495,12 @@ class Supervisor:
         return {"ok": True, "state": self.public_state()}
 
     async def op_claim(self, request: dict) -> dict:
-        if self.state["state"] != "pooled":
+        if self.state["state"] != V.POOLED:
             return {"error": "conflict", "message": "sandbox is not in the pool"}
         now = time.time()
+        V.advance(self.state, V.RUNNING)
         self.state.update(
-            state="running", pooled=False, created_at=iso(now), claimed=True,
+            pooled=False, created_at=iso(now), claimed=True,
             ttl_seconds=request["ttl_seconds"], max_expires_at=now + request["max_lifetime_seconds"],
             metadata=request.get("metadata") or {},
         )
@@ -545,7 +546,7 @@ class Supervisor:
 
     async def op_delete(self, request: dict) -> dict:
         asyncio.get_running_loop().call_soon(
-            lambda: asyncio.ensure_future(self.end("deleted", request.get("message") or "it was deleted")))
+            lambda: asyncio.ensure_future(self.end(V.DELETED, request.get("message") or "it was deleted")))
         return {"ok": True}
 
     async def op_execute(self, request: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
@@ -554,10 +555,9 @@ class Supervisor:
         Returns whether the caller is still there to send another request.
         """
         async with self.exec_lock:
-            if self.finished.is_set() or self.state["state"] not in ("running",):
-                await write_frame(writer, {"type": "error", "ename": "SandboxUnavailable",
-                                           "evalue": f"the sandbox is {self.state['state']}", "traceback": []})
-                await write_frame(writer, self._done({"status": "error", "reason": self.state.get("dead_reason")}))
+            if self.finished.is_set() or self.state["state"] != V.RUNNING:
+                await write_frame(writer, V.error_event("SandboxUnavailable", f"the sandbox is {self.state['state']}"))
+                await write_frame(writer, self._done(V.ERROR, reason=self._end_reason()))
                 return True
             execution = Execution(f"x{next(self.ids)}")
             self.current = execution
@@ -569,7 +569,7 @@ class Supervisor:
             sent = 0
             dropped = 0
             done = None
-            phase = "running"
+            phase = "running"  # of the cell: running, interrupting, killing
             try:
                 await write_frame(self.channel_writer, {
                     "op": "execute", "exec": execution.id, "code": request.get("code", ""),
@@ -593,20 +593,18 @@ class Supervisor:
                             phase = "killing"
                             message = (f"the cell ran past its {timeout} s timeout and ignored the interrupt, "
                                        "so the sandbox was killed; its variables are gone")
-                            asyncio.create_task(self.kill("timeout_killed", message))
+                            asyncio.create_task(self.kill(V.TIMEOUT_KILLED, message))
                             deadline = time.monotonic() + 30
                         continue
                     kind = event.get("type")
                     if kind == "_client_gone":
                         continue  # back to the top, which interrupts the cell
-                    if kind == "done":
+                    if kind == V.DONE:
                         done = event
                         break
                     if kind == "_died":
-                        await self._send(writer, client_gone, {
-                            "type": "error", "ename": "SandboxDied",
-                            "evalue": event["message"], "traceback": [f"SandboxDied: {event['message']}"]})
-                        done = {"status": "error", "reason": event["reason"], "execution_count": self.state["execution_count"]}
+                        await self._send(writer, client_gone, V.reason_error_event(event["reason"], event["message"]))
+                        done = {"status": V.ERROR, "reason": event["reason"]}
                         break
                     event.pop("exec", None)
                     size = _event_size(event)
@@ -624,25 +622,29 @@ class Supervisor:
             if done.get("execution_count") is not None:
                 self.state["execution_count"] = done["execution_count"]
             self.touch()
-            if self.state["state"] == "running":
+            if self.state["state"] == V.RUNNING:
                 self.save_soon()
             if dropped:
-                await self._send(writer, client_gone, {"type": "stream", "name": "stderr",
-                                                       "text": f"\n[sandbox: {dropped} bytes of output over the limit were dropped]\n"})
-            done.pop("exec", None)
-            if dropped:
-                done["truncated"] = True
-            await self._send(writer, client_gone, self._done(done))
+                await self._send(writer, client_gone, V.stream_event(
+                    V.STDERR, f"\n[sandbox: {dropped} bytes of output over the limit were dropped]\n"))
+            await self._send(writer, client_gone, self._done(
+                done.get("status", V.ERROR), execution_count=done.get("execution_count"),
+                duration=done.get("duration", 0.0), truncated=bool(done.get("truncated")) or bool(dropped),
+                reason=done.get("reason")))
             return not client_gone.is_set()
 
-    def _done(self, done: dict) -> dict:
-        event = {"type": "done", "status": "error", "execution_count": self.state["execution_count"],
-                 "duration": 0.0, "truncated": False, "reason": None}
-        event.update(done)
-        event["type"] = "done"
-        event["expires_at"] = iso(self.state["expires_at"])
-        event["sandbox_state"] = self.state["state"]
-        return event
+    def _end_reason(self) -> str | None:
+        """Why this sandbox no longer takes cells: its dead_reason, or the state it ended in."""
+        if self.state["state"] == V.DEAD:
+            return self.state.get("dead_reason") or V.CRASHED
+        return self.state["state"] if self.state["state"] in V.REASONS else None
+
+    def _done(self, status: str, *, execution_count: int | None = None, **fields) -> dict:
+        """The `done` a client receives: the runtime's, with this sandbox's count, expiry and state."""
+        if execution_count is None:
+            execution_count = self.state["execution_count"]
+        return V.done_event(status, execution_count=execution_count, expires_at=iso(self.state["expires_at"]),
+                            sandbox_state=self.state["state"], **fields)
 
     async def _interrupt_quietly(self, execution: Execution, why: dict) -> None:
         try:
@@ -674,7 +676,7 @@ async def _wait_eof(reader: asyncio.StreamReader, gone: asyncio.Event, wake: asy
 
 
 def _event_size(event: dict) -> int:
-    if event.get("type") == "stream":
+    if event.get("type") == V.STREAM:
         return len(event.get("text", ""))
     data = event.get("data") or {}
     return sum(len(v) if isinstance(v, str) else 64 for v in data.values()) + 64
@@ -698,14 +700,15 @@ async def amain(sandbox_dir: str, ready_fd: int | None) -> int:
     loop = asyncio.get_running_loop()
     # SIGTERM to a supervisor means "end this sandbox" (the server's SIGTERM never reaches
     # us: we are in our own session). SIGHUP/SIGINT are ignored for the same reason.
-    loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(supervisor.end("deleted", "its supervisor was terminated")))
+    loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(supervisor.end(V.DELETED, "its supervisor was terminated")))
     for sig in (signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     try:
         await supervisor.start()
     except Exception as exc:
         message = str(exc) or type(exc).__name__
-        supervisor.state.update(state="dead", dead_reason="failed_to_start", dead_message=message)
+        if V.can_move(supervisor.state["state"], V.DEAD):
+            V.advance(supervisor.state, V.DEAD, dead_reason=V.FAILED_TO_START, dead_message=message)
         await supervisor.teardown()
         if ready_fd is not None:
             os.write(ready_fd, (json.dumps({"ok": False, "error": message}) + "\n").encode())

@@ -20,6 +20,7 @@ import traceback
 
 from .capture import OutputBudget, PipeDrain
 from .display import clean_bundle
+from . import vocabulary as V
 from .protocol import SocketChannel
 
 DISPLAY_LIMIT = 16 * 1024 * 1024
@@ -47,11 +48,11 @@ class Runtime:
             os._exit(70)  # the supervisor is gone: nobody can ever hear from us again
 
     def publish_stream(self, name: str, text: str) -> None:
-        self.send({"type": "stream", "exec": self.current, "name": name, "text": text})
+        self.send(V.stream_event(name, text, self.current))
 
     def sync_streams(self) -> None:
         """Forward everything already written to fds 1 and 2 before what comes next."""
-        for fd, name in ((1, "stdout"), (2, "stderr")):
+        for fd, name in ((1, V.STDOUT), (2, V.STDERR)):
             try:
                 (sys.stdout if fd == 1 else sys.stderr).flush()
             except Exception:
@@ -61,18 +62,18 @@ class Runtime:
     def publish_display(self, data, metadata, transient, update) -> None:
         self.sync_streams()
         bundle, _ = clean_bundle(data, DISPLAY_LIMIT)
-        kind = "update_display_data" if update else "display_data"
+        kind = V.UPDATE_DISPLAY_DATA if update else V.DISPLAY_DATA
         self.send({"type": kind, "exec": self.current, "data": bundle,
                    "metadata": clean_bundle(metadata, DISPLAY_LIMIT)[0], "transient": transient})
 
     def publish_clear(self, wait: bool) -> None:
         self.sync_streams()
-        self.send({"type": "clear_output", "exec": self.current, "wait": bool(wait)})
+        self.send({"type": V.CLEAR_OUTPUT, "exec": self.current, "wait": bool(wait)})
 
     def publish_result(self, count, data, metadata) -> None:
         self.sync_streams()
         bundle, _ = clean_bundle(data, DISPLAY_LIMIT)
-        self.send({"type": "execute_result", "exec": self.current, "execution_count": count,
+        self.send({"type": V.EXECUTE_RESULT, "exec": self.current, "execution_count": count,
                    "data": bundle, "metadata": clean_bundle(metadata, DISPLAY_LIMIT)[0]})
 
     def publish_error(self, etype, evalue, stb) -> None:
@@ -85,8 +86,7 @@ class Runtime:
                     "interrupted; variables are kept")
             stb = list(stb) + [f"TimeoutError: {text}"]
         self.last_error = (ename, text)
-        self.send({"type": "error", "exec": self.current, "ename": ename, "evalue": text,
-                   "traceback": [str(line) for line in stb]})
+        self.send(V.error_event(ename, text, list(stb), self.current))
 
     # ---------------------------------------------------------------- control
     def read_requests(self) -> None:
@@ -95,10 +95,10 @@ class Runtime:
                 message = self.channel.recv()
             except Exception:
                 os._exit(71)  # channel closed: the supervisor ended, so do we
-            if message.get("op") == "interrupt":
+            if message.get("op") == V.OP_INTERRUPT:
                 self.interrupt(message)
             else:
-                if message.get("op") == "execute":
+                if message.get("op") == V.OP_EXECUTE:
                     with self.lock:
                         self.accepted.add(message.get("exec"))
                 self.requests.put(message)
@@ -115,7 +115,7 @@ class Runtime:
             elif target in self.accepted:
                 self.cancelled[target] = message
                 running = True
-        self.send({"type": "reply", "id": message.get("id"), "interrupted": running})
+        self.send({"type": V.REPLY, "id": message.get("id"), "interrupted": running})
 
     # -------------------------------------------------------------- requests
     def serve(self) -> None:
@@ -124,7 +124,7 @@ class Runtime:
                 message = self.requests.get()
                 handler = getattr(self, "do_" + str(message.get("op")), None)
                 if handler is None:
-                    self.send({"type": "reply", "id": message.get("id"),
+                    self.send({"type": V.REPLY, "id": message.get("id"),
                                "error": f"unknown op {message.get('op')!r}"})
                     continue
                 handler(message)
@@ -132,7 +132,7 @@ class Runtime:
                 continue  # an interrupt that arrived just after its cell ended
 
     def do_ping(self, message: dict) -> None:
-        self.send({"type": "reply", "id": message.get("id"), "ok": True})
+        self.send({"type": V.REPLY, "id": message.get("id"), "ok": True})
 
     def do_execute(self, message: dict) -> None:
         exec_id = message["exec"]
@@ -144,7 +144,7 @@ class Runtime:
             self.accepted.discard(exec_id)
             cancelled = self.cancelled.pop(exec_id, None)
             self.current = exec_id
-        status = "ok"
+        status = V.OK
         try:
             if cancelled is not None:
                 self.interrupt_reason = cancelled
@@ -155,29 +155,27 @@ class Runtime:
                 silent=bool(message.get("silent", False)),
             )
             if not result.success:
-                status = "error"
+                status = V.ERROR
         except KeyboardInterrupt:
-            status = "error"
+            status = V.ERROR
             self.publish_error(KeyboardInterrupt, KeyboardInterrupt(), ["KeyboardInterrupt"])
         except BaseException as exc:  # the shell itself failed; report, stay alive
-            status = "error"
+            status = V.ERROR
             self.publish_error(type(exc), exc, traceback.format_exception(exc))
         try:
             self.sync_streams()
         except KeyboardInterrupt:
             self.sync_streams()
         if self.budget.dropped:
-            self.send({"type": "stream", "exec": exec_id, "name": "stderr",
-                       "text": f"\n[sandbox: output truncated: {self.budget.dropped} bytes over the "
-                               f"{self.budget.limit} byte limit per execution were dropped]\n"})
+            self.send(V.stream_event(V.STDERR, f"\n[sandbox: output truncated: {self.budget.dropped} bytes over "
+                                                f"the {self.budget.limit} byte limit per execution were dropped]\n", exec_id))
         reason = None
         if self.interrupt_reason is not None:
-            reason = "timeout_interrupted" if self.interrupt_reason.get("reason") == "timeout" else "interrupted"
+            reason = V.TIMEOUT_INTERRUPTED if self.interrupt_reason.get("reason") == "timeout" else V.INTERRUPTED
         self.current = None
-        self.send({"type": "done", "exec": exec_id, "status": status,
-                   "execution_count": self.shell.execution_count - 1,
-                   "duration": round(time.monotonic() - started, 6),
-                   "truncated": bool(self.budget.dropped), "reason": reason})
+        self.send(V.done_event(status, execution_count=self.shell.execution_count - 1,
+                               duration=round(time.monotonic() - started, 6),
+                               truncated=bool(self.budget.dropped), reason=reason, exec_id=exec_id))
 
     def do_complete(self, message: dict) -> None:
         """Jedi-backed completion, as ipykernel does it (columns and methods of a DataFrame)."""
@@ -186,7 +184,7 @@ class Runtime:
         code = message.get("code", "")
         cursor_pos = message.get("cursor_pos")
         cursor_pos = len(code) if cursor_pos is None else cursor_pos
-        reply = {"type": "reply", "id": message.get("id"), "matches": [],
+        reply = {"type": V.REPLY, "id": message.get("id"), "matches": [],
                  "cursor_start": cursor_pos, "cursor_end": cursor_pos, "metadata": {}}
         try:
             with provisionalcompleter():
@@ -208,7 +206,7 @@ class Runtime:
         cursor_pos = message.get("cursor_pos")
         cursor_pos = len(code) if cursor_pos is None else cursor_pos
         name = token_at_cursor(code, cursor_pos)
-        reply = {"type": "reply", "id": message.get("id"), "found": False, "data": {}, "metadata": {}}
+        reply = {"type": V.REPLY, "id": message.get("id"), "found": False, "data": {}, "metadata": {}}
         try:
             bundle = self.shell.object_inspect_mime(name, detail_level=int(message.get("detail_level", 0)))
             bundle.pop("text/html", None)
@@ -220,7 +218,7 @@ class Runtime:
 
     def do_is_complete(self, message: dict) -> None:
         status, indent = self.shell.input_transformer_manager.check_complete(message.get("code", ""))
-        reply = {"type": "reply", "id": message.get("id"), "status": status}
+        reply = {"type": V.REPLY, "id": message.get("id"), "status": status}
         if status == "incomplete":
             reply["indent"] = " " * (indent or 0)
         self.send(reply)
@@ -287,8 +285,8 @@ def _main(argv: list[str], diag: int) -> None:
     channel = SocketChannel.from_fd(channel_fd)
     runtime = Runtime(channel, output_limit)
     runtime.drains = {
-        "stdout": PipeDrain(1, "stdout", runtime.publish_stream, runtime.budget),
-        "stderr": PipeDrain(2, "stderr", runtime.publish_stream, runtime.budget),
+        V.STDOUT: PipeDrain(1, V.STDOUT, runtime.publish_stream, runtime.budget),
+        V.STDERR: PipeDrain(2, V.STDERR, runtime.publish_stream, runtime.budget),
     }
     for drain in runtime.drains.values():
         drain.start()
@@ -309,6 +307,6 @@ def _main(argv: list[str], diag: int) -> None:
             failed.append(f"{module}: {exc}")
     runtime.sync_streams()
     threading.Thread(target=runtime.read_requests, name="requests", daemon=True).start()
-    runtime.send({"type": "ready", "pid": os.getpid(), "python": sys.version.split()[0],
+    runtime.send({"type": V.READY, "pid": os.getpid(), "python": sys.version.split()[0],
                   "preloaded": [m for m in preload if m in sys.modules], "preload_failed": failed})
     runtime.serve()

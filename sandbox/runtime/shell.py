@@ -5,6 +5,7 @@ from __future__ import annotations
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
+from . import vocabulary as V
 from .display import EventDisplayHook, EventDisplayPublisher
 
 
@@ -18,7 +19,7 @@ class SandboxShell(InteractiveShell):
 
     def ask_exit(self):
         # exit()/quit() in a cell would end the shell; a sandbox ends by delete or TTL.
-        self.runtime.publish_stream("stderr", "exit() has no effect in a sandbox; delete the sandbox to end it.\n")
+        self.runtime.publish_stream(V.STDERR, "exit() has no effect in a sandbox; delete the sandbox to end it.\n")
 
     def enable_gui(self, gui=None):
         if gui not in (None, "inline"):

@@ -1,0 +1,261 @@
+"""The protocol's one vocabulary: every name the runtime, supervisor, manager, client and kernel speak.
+
+Each idea is defined here once and imported everywhere else (a second list of states or
+reasons drifts: it already had, a tuple without ``lost``, a reason table without
+``protocol``). The module is copied into every sandbox with the runtime, so it uses the
+standard library only; the host imports it as ``sandbox.runtime.vocabulary``.
+
+What it holds, and how to extend it:
+
+- **Event types** (``STREAM`` ... ``DONE``) and ``EVENT_FIELDS``, the fields each one carries
+  and their kinds (``Kind``). An execute's events go runtime -> supervisor -> server ->
+  client/kernel; ``OUTPUT_EVENTS`` are the ones that carry a cell's output. A new endpoint
+  with events of its own adds its types to ``EVENT_FIELDS`` (and to ``OUTPUT_EVENTS`` when
+  they are output that counts against the output cap) and the fields its ``done`` adds to
+  ``DONE_EXTRA_FIELDS``; the supervisor's edge check then accepts them and nothing else.
+- **Runtime frames**: ``READY`` and ``REPLY`` (the runtime's answers to requests), and the
+  requests the host sends the runtime (``OPS``).
+- **Done statuses** (``OK``, ``ERROR``, ``ABORTED``) and **end reasons** (``REASONS``: why a
+  cell did not end by itself, or why a sandbox ended), each with the exception name and
+  words a user reads.
+- **Sandbox states** and ``TRANSITIONS``, the table of allowed moves (as containerd's
+  process states): ``advance(record, state)`` moves a record or raises ``IllegalTransition``,
+  never a silent assignment.
+- **Constructors** for the events several layers make up (``done_event``, ``error_event``,
+  ``stream_event``), so a ``done`` looks the same whoever sends it.
+"""
+
+from __future__ import annotations
+
+# ------------------------------------------------------------------ event types
+STREAM = "stream"
+DISPLAY_DATA = "display_data"
+UPDATE_DISPLAY_DATA = "update_display_data"
+EXECUTE_RESULT = "execute_result"
+CLEAR_OUTPUT = "clear_output"
+ERROR = "error"
+DONE = "done"
+
+# Frames only the runtime sends (never forwarded to a client as they are).
+READY = "ready"
+REPLY = "reply"
+
+#: Events that carry a cell's output (everything an execute streams before its ``done``).
+OUTPUT_EVENTS = frozenset({STREAM, DISPLAY_DATA, UPDATE_DISPLAY_DATA, EXECUTE_RESULT, CLEAR_OUTPUT, ERROR})
+#: Events whose content is a MIME bundle (``data``) with ``metadata``.
+BUNDLE_EVENTS = frozenset({DISPLAY_DATA, UPDATE_DISPLAY_DATA, EXECUTE_RESULT})
+#: Every event of an execute, in the order a client sees them: outputs, then one ``done``.
+EXECUTE_EVENTS = OUTPUT_EVENTS | {DONE}
+
+STDOUT = "stdout"
+STDERR = "stderr"
+STREAM_NAMES = frozenset({STDOUT, STDERR})
+
+# --------------------------------------------------------- requests to the runtime
+OP_EXECUTE = "execute"
+OP_INTERRUPT = "interrupt"
+OP_PING = "ping"
+OP_COMPLETE = "complete"
+OP_INSPECT = "inspect"
+OP_IS_COMPLETE = "is_complete"
+OPS = frozenset({OP_EXECUTE, OP_INTERRUPT, OP_PING, OP_COMPLETE, OP_INSPECT, OP_IS_COMPLETE})
+
+# ------------------------------------------------------------------ done statuses
+OK = "ok"
+ABORTED = "aborted"
+DONE_STATUSES = frozenset({OK, ERROR, ABORTED})  # ERROR is both an event type and a status
+
+
+# ------------------------------------------------------------------- end reasons
+class Reason:
+    """Why a cell did not end by itself, or why a sandbox ended.
+
+    ``ename`` is the exception name a notebook shows when no error event said more,
+    ``text`` the words a user reads, ``fatal`` whether the sandbox (and its variables) is gone.
+    """
+
+    __slots__ = ("name", "ename", "text", "fatal")
+
+    def __init__(self, name: str, ename: str, text: str, fatal: bool):
+        self.name, self.ename, self.text, self.fatal = name, ename, text, fatal
+
+    def __repr__(self) -> str:
+        return f"Reason({self.name!r})"
+
+
+INTERRUPTED = "interrupted"
+TIMEOUT_INTERRUPTED = "timeout_interrupted"
+TIMEOUT_KILLED = "timeout_killed"
+OOM = "oom"
+PIDS = "pids"
+CRASHED = "crashed"
+PROTOCOL = "protocol"
+SERVER_SHUTDOWN = "server_shutdown"
+FAILED_TO_START = "failed_to_start"
+KILLED = "killed"
+# EXPIRED, DELETED and LOST are reasons as well as states (defined below with the states).
+
+_LOST_VARS = "its variables are lost"
+REASONS: dict[str, Reason] = {r.name: r for r in (
+    Reason(INTERRUPTED, "KeyboardInterrupt", "the cell was interrupted", False),
+    Reason(TIMEOUT_INTERRUPTED, "TimeoutError", "the cell hit its time limit and was interrupted; variables are kept", False),
+    Reason(TIMEOUT_KILLED, "SandboxDied",
+           f"the cell hit its time limit and ignored the interrupt, so the sandbox was killed; {_LOST_VARS}", True),
+    Reason(OOM, "SandboxDied", f"the sandbox ran out of memory and was killed; {_LOST_VARS}", True),
+    Reason(PIDS, "SandboxDied", f"the sandbox hit its process limit and was killed; {_LOST_VARS}", True),
+    Reason(CRASHED, "SandboxDied", f"the sandbox's Python process crashed; {_LOST_VARS}", True),
+    Reason(PROTOCOL, "SandboxDied",
+           f"the sandbox broke the protocol of its control channel and was stopped; {_LOST_VARS}", True),
+    Reason(SERVER_SHUTDOWN, "SandboxAborted", "the sandbox server shut down during the cell", False),
+    Reason(FAILED_TO_START, "SandboxDied", "the sandbox could not start", True),
+    Reason(KILLED, "SandboxDied", f"the sandbox was killed; {_LOST_VARS}", True),
+    Reason("expired", "SandboxExpired", f"the sandbox expired; {_LOST_VARS}", True),
+    Reason("deleted", "SandboxDeleted", f"the sandbox was deleted; {_LOST_VARS}", True),
+    Reason("lost", "SandboxLost", f"the sandbox's processes ended while the server was not running; {_LOST_VARS}", True),
+)}
+
+# ---------------------------------------------------------------- sandbox states
+BOOTING = "booting"
+POOLED = "pooled"
+RUNNING = "running"
+DEAD = "dead"
+EXPIRED = "expired"
+DELETED = "deleted"
+LOST = "lost"
+
+LIVE_STATES = frozenset({BOOTING, POOLED, RUNNING})
+ENDED_STATES = frozenset({DEAD, EXPIRED, DELETED, LOST})
+STATES = LIVE_STATES | ENDED_STATES
+
+#: The allowed moves. An ended state is final; ``lost`` is what the server records for a
+#: sandbox whose supervisor ended while no server was watching.
+TRANSITIONS: dict[str, frozenset] = {
+    BOOTING: frozenset({POOLED, RUNNING, DEAD, EXPIRED, DELETED, LOST}),
+    POOLED: frozenset({RUNNING, DEAD, EXPIRED, DELETED, LOST}),
+    RUNNING: frozenset({DEAD, EXPIRED, DELETED, LOST}),
+    DEAD: frozenset(),
+    EXPIRED: frozenset(),
+    DELETED: frozenset(),
+    LOST: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    """A state move the table does not allow (a bug in the caller, never silently applied)."""
+
+    def __init__(self, old, new):
+        super().__init__(f"illegal sandbox state move {old!r} -> {new!r}")
+        self.old, self.new = old, new
+
+
+def can_move(old: str, new: str) -> bool:
+    return new in TRANSITIONS.get(old, ())
+
+
+def advance(record: dict, new: str, **fields) -> dict:
+    """Move ``record["state"]`` to ``new`` (and set ``fields``), or raise IllegalTransition."""
+    old = record.get("state")
+    if not can_move(old, new):
+        raise IllegalTransition(old, new)
+    record["state"] = new
+    record.update(fields)
+    return record
+
+
+# ----------------------------------------------------------------- event fields
+class Kind:
+    """What a field may hold. Kinds are names, not types, so that the edge check can
+    tell a MIME bundle (``str`` keys, values any JSON) from a plain object."""
+
+    STR = "str"
+    INT = "int"            # an integer, never a bool
+    NUMBER = "number"      # an int or a finite float
+    BOOL = "bool"
+    OBJECT = "object"      # a JSON object (any values)
+    BUNDLE = "bundle"      # a MIME bundle: mime type -> str, or JSON for +json types
+    STR_LIST = "str_list"  # a list of strings
+
+
+class FieldSpec:
+    """One field of an event: its kind, whether it must be present, whether null is allowed,
+    and for strings the set of allowed values (``choices``)."""
+
+    __slots__ = ("kind", "required", "nullable", "choices")
+
+    def __init__(self, kind: str, required: bool = True, nullable: bool = False, choices=None):
+        self.kind, self.required, self.nullable = kind, required, nullable
+        self.choices = frozenset(choices) if choices is not None else None
+
+    def __repr__(self) -> str:
+        return f"FieldSpec({self.kind!r}, required={self.required}, nullable={self.nullable})"
+
+
+_EXEC = {"exec": FieldSpec(Kind.STR, required=False, nullable=True)}  # the runtime's execution id
+_BUNDLE = {"data": FieldSpec(Kind.BUNDLE), "metadata": FieldSpec(Kind.OBJECT, required=False)}
+
+#: The fields of each event as the runtime sends it. Unknown fields are a violation.
+EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
+    STREAM: {**_EXEC, "name": FieldSpec(Kind.STR, choices=STREAM_NAMES), "text": FieldSpec(Kind.STR)},
+    DISPLAY_DATA: {**_EXEC, **_BUNDLE, "transient": FieldSpec(Kind.OBJECT, required=False)},
+    UPDATE_DISPLAY_DATA: {**_EXEC, **_BUNDLE, "transient": FieldSpec(Kind.OBJECT, required=False)},
+    EXECUTE_RESULT: {**_EXEC, **_BUNDLE, "execution_count": FieldSpec(Kind.INT, nullable=True)},
+    CLEAR_OUTPUT: {**_EXEC, "wait": FieldSpec(Kind.BOOL, required=False)},
+    ERROR: {**_EXEC, "ename": FieldSpec(Kind.STR), "evalue": FieldSpec(Kind.STR),
+            "traceback": FieldSpec(Kind.STR_LIST)},
+    DONE: {**_EXEC, "status": FieldSpec(Kind.STR, choices=DONE_STATUSES),
+           "execution_count": FieldSpec(Kind.INT, nullable=True),
+           "duration": FieldSpec(Kind.NUMBER, required=False),
+           "truncated": FieldSpec(Kind.BOOL, required=False),
+           "reason": FieldSpec(Kind.STR, required=False, nullable=True, choices=REASONS)},
+    READY: {"pid": FieldSpec(Kind.INT), "python": FieldSpec(Kind.STR),
+            "preloaded": FieldSpec(Kind.STR_LIST), "preload_failed": FieldSpec(Kind.STR_LIST)},
+}
+
+#: Fields the host adds to ``done`` on its way out (the runtime never sends them).
+DONE_EXTRA_FIELDS: dict[str, FieldSpec] = {
+    "expires_at": FieldSpec(Kind.STR, required=False, nullable=True),
+    "sandbox_state": FieldSpec(Kind.STR, required=False, choices=STATES),
+}
+
+
+# ------------------------------------------------------------------ constructors
+def stream_event(name: str, text: str, exec_id: str | None = None) -> dict:
+    event = {"type": STREAM, "name": name, "text": text}
+    if exec_id is not None:
+        event["exec"] = exec_id
+    return event
+
+
+def error_event(ename: str, evalue: str, traceback=None, exec_id: str | None = None) -> dict:
+    """An ``error`` event; with no traceback, a one-line one naming the error, so that a
+    front end that shows only the traceback still shows why."""
+    tb = [str(line) for line in traceback] if traceback else [f"{ename}: {evalue}"]
+    event = {"type": ERROR, "ename": str(ename), "evalue": str(evalue), "traceback": tb}
+    if exec_id is not None:
+        event["exec"] = exec_id
+    return event
+
+
+def reason_error_event(reason: str, message: str | None = None) -> dict:
+    """The ``error`` event for a cell that ended for ``reason`` (``message`` says more)."""
+    known = REASONS.get(reason)
+    ename = known.ename if known else "SandboxError"
+    text = message or (known.text if known else f"the cell ended ({reason})")
+    return error_event(ename, text)
+
+
+def done_event(status: str, *, execution_count=None, duration: float = 0.0, truncated: bool = False,
+               reason: str | None = None, exec_id: str | None = None, **extra) -> dict:
+    """The one ``done`` event of an execute. ``extra`` holds host-added fields
+    (``expires_at``, ``sandbox_state``) and fields of endpoints that add their own
+    (listed in ``DONE_EXTRA_FIELDS``)."""
+    if status not in DONE_STATUSES:
+        raise ValueError(f"unknown done status {status!r}")
+    if reason is not None and reason not in REASONS:
+        raise ValueError(f"unknown end reason {reason!r}")
+    event = {"type": DONE, "status": status, "execution_count": execution_count,
+             "duration": duration, "truncated": bool(truncated), "reason": reason}
+    if exec_id is not None:
+        event["exec"] = exec_id
+    event.update(extra)
+    return event
