@@ -921,7 +921,7 @@ class Sandbox:
     def is_running(self) -> bool:
         """True if the sandbox is alive on the server (asks the server)."""
         try:
-            return self.refresh().state == "running"
+            return self.refresh().state == V.RUNNING
         except (SandboxGone, SandboxNotFound):
             return False
 
@@ -1270,7 +1270,7 @@ class AsyncSandbox:
 
     async def is_running(self) -> bool:
         try:
-            return (await self.refresh()).state == "running"
+            return (await self.refresh()).state == V.RUNNING
         except (SandboxGone, SandboxNotFound):
             return False
 
