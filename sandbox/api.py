@@ -102,7 +102,7 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
     async def info(request: Request):
         return JSONResponse({"version": __version__, "state_dir": manager.state.root,
                              "protections": manager.protections, "pool": manager.pool_status(),
-                             "sandboxes": len(manager.list())})
+                             "sandboxes": len(manager.list()), **manager.capacity_report()})
 
     async def openapi(request: Request):
         return JSONResponse(openapi_document())
@@ -123,6 +123,11 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
     async def renew(request: Request):
         handle = live(request)
         data = await body(request, schemas.RENEW)
+        if data.get("ttl_seconds", 0) > config.max_ttl_seconds:
+            raise ApiError(422, "limit_exceeded", f"ttl_seconds {data['ttl_seconds']} is more than a sandbox may have here "
+                           f"(at most {config.max_ttl_seconds}, max_ttl_seconds)",
+                           extra={"exceeded": {"ttl_seconds": {"requested": data["ttl_seconds"], "allowed": config.max_ttl_seconds,
+                                                               "set_by": "max_ttl_seconds"}}})
         await manager.call(handle, {"op": "renew", **data})
         return JSONResponse(manager.describe(handle))
 

@@ -29,6 +29,17 @@ def _config_from(args):
         pools[name] = int(count)
     if pools:
         kwargs["pool_sizes"] = pools
+    traits = ServiceConfig.class_traits(config=True)
+    for item in getattr(args, "set", None) or []:
+        name, sep, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in traits:
+            raise SystemExit(f"--set wants NAME=VALUE with NAME one of the server's settings "
+                             f"({', '.join(sorted(traits))}), got {item!r}")
+        try:
+            kwargs[name] = traits[name].from_string(value)
+        except Exception as exc:
+            raise SystemExit(f"--set {item!r}: {exc}") from None
     return ServiceConfig(**kwargs)
 
 
@@ -173,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--memory-mb", type=int)
     serve.add_argument("--pids", type=int)
     serve.add_argument("--cpus", type=float)
+    serve.add_argument("--set", action="append", metavar="NAME=VALUE",
+                       help="any server setting, e.g. --set max_memory_mb=4096 (see README, Limits)")
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--delete-on-shutdown", action="store_true")
     serve.add_argument("--no-seccomp", action="store_true", help=argparse.SUPPRESS)

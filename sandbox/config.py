@@ -42,6 +42,19 @@ class ServiceConfig(Configurable):
     files_list_max = Int(10000, help="Directory entries one GET /files reads at most; past that the listing says "
                                       "truncated: true.").tag(config=True)
 
+    # What one sandbox may ask for (0: only the host's size bounds it) and what all the
+    # live claimed sandboxes may hold together (0: no cap); see sandbox/capacity.py.
+    max_memory_mb = Int(0, help="Largest memory_mb one sandbox may ask for (0: the host's memory).").tag(config=True)
+    max_cpus = Float(0.0, help="Largest cpus one sandbox may ask for (0: the host's CPU count).").tag(config=True)
+    max_pids = Int(4096, help="Largest pids one sandbox may ask for.").tag(config=True)
+    max_disk_mb = Int(0, help="Largest disk_mb one sandbox may ask for (0: only the free disk bounds it).").tag(config=True)
+    max_ttl_seconds = Int(14 * DAY, help="Largest ttl_seconds a create or renew may ask for.").tag(config=True)
+    total_memory_mb = Int(0, help="Cap on the memory_mb of all live sandboxes together (0: the host's memory).").tag(config=True)
+    total_cpus = Float(0.0, help="Cap on the cpus of all live sandboxes together (0: no cap).").tag(config=True)
+    total_pids = Int(0, help="Cap on the pids of all live sandboxes together (0: no cap).").tag(config=True)
+    total_disk_mb = Int(0, help="Cap on the disk_mb of all live sandboxes together (0: no cap beyond free disk).").tag(config=True)
+    max_sandboxes = Int(0, help="Cap on the number of live sandboxes, warm pool not counted (0: no cap).").tag(config=True)
+
     pool_size = Int(2, help="Warm sandboxes kept ready for the default image.").tag(config=True)
     pool_sizes = Dict(help="Warm sandboxes per image name (overrides pool_size).").tag(config=True)
     pool_idle_seconds = Int(3600, help="How long an unclaimed pooled sandbox lives.").tag(config=True)
@@ -59,6 +72,14 @@ class ServiceConfig(Configurable):
     @default("token")
     def _token_default(self):
         return os.environ.get("SANDBOX_KERNEL_TOKEN", "")
+
+    def defaults_over_maxima(self) -> list[str]:
+        """Defaults the operator's own maxima forbid (each a sentence): every create that
+        does not ask otherwise, and every warm sandbox, would be refused."""
+        pairs = [("memory_mb", "max_memory_mb"), ("cpus", "max_cpus"), ("pids", "max_pids"), ("disk_mb", "max_disk_mb"),
+                 ("ttl_seconds", "max_ttl_seconds"), ("max_lifetime_seconds", "max_lifetime_cap_seconds")]
+        return [f"{default} {getattr(self, default)} > {maximum} {getattr(self, maximum)}" for default, maximum in pairs
+                if getattr(self, maximum) and getattr(self, default) > getattr(self, maximum)]
 
     def default_limits(self) -> dict:
         return {

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from . import statefile
+from . import capacity, statefile
 from .config import ServiceConfig
 from .errors import ApiError
 from .images import ImageStore
@@ -101,6 +101,7 @@ class SandboxManager:
         self.protections: list[dict] = []  # the doctor report the server started with
         self.root = os.geteuid() == 0
         self.disk_quota = disk.available()[0]
+        self.reserved: list[dict] = []  # limits of the creates under way, counted as used
 
     # --------------------------------------------------------------- startup
     def prepare(self, progress=print) -> None:
@@ -423,18 +424,40 @@ class SandboxManager:
             raise ApiError(404, "not_found", f"no image named {image!r}; build it with: sandbox-kernel image build {image} --pip ...")
         ttl = int(request.get("ttl_seconds") or self.config.ttl_seconds)
         max_life = int(request.get("max_lifetime_seconds") or self.config.max_lifetime_seconds)
-        if max_life > self.config.max_lifetime_cap_seconds:
-            raise ApiError(422, "invalid_request", f"max_lifetime_seconds may be at most {self.config.max_lifetime_cap_seconds}")
-        ttl = min(ttl, max_life)
         limits = self._limits(request)
+        capacity.check(self.config, self.host(), limits, ttl, max_life, self.usage())
+        ttl = min(ttl, max_life)
         claim = {"op": "claim", "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
                  "metadata": request.get("metadata") or {}, "limits": limits}
-        handle = await self._claim_from_pool(image, limits, claim)
-        if handle is None:
-            handle = await self._spawn(image, limits, ttl, max_life, pooled=False, metadata=claim["metadata"])
-            handle.state["from_pool"] = False
+        self.reserved.append(limits)
+        try:
+            handle = await self._claim_from_pool(image, limits, claim)
+            if handle is None:
+                handle = await self._spawn(image, limits, ttl, max_life, pooled=False, metadata=claim["metadata"])
+                handle.state["from_pool"] = False
+        finally:
+            self.reserved.remove(limits)
         self._refill_soon()
         return self.describe(handle)
+
+    def host(self) -> capacity.Host:
+        """The host now, its free disk less what live workspaces may still grow by."""
+        committed = sum(capacity.unwritten_mb(os.path.join(h.dir, "workspace.img"), (h.state.get("limits") or {}).get("disk_mb", 0))
+                        for h in self.live.values())
+        return capacity.host_facts(self.state.sandboxes, committed)
+
+    def usage(self) -> dict:
+        """What live claimed sandboxes (and creates under way) hold; the warm pool is not counted."""
+        claimed = [h.state.get("limits") or {} for h in self.live.values() if h.state.get("state") != "pooled"]
+        return capacity.usage(claimed + self.reserved)
+
+    def capacity_report(self) -> dict:
+        host = self.host()
+        return {"host": {"memory_mb": host.memory_mb, "cpus": host.cpus, "disk_free_mb": host.disk_free_mb},
+                "maxima": capacity.per_sandbox(self.config, host),
+                "defaults": {k: v for k, v in self.config.default_limits().items() if k in capacity.RESOURCES}
+                | {"ttl_seconds": self.config.ttl_seconds, "max_lifetime_seconds": self.config.max_lifetime_seconds},
+                "capacity": capacity.report(self.config, host, self.usage())}
 
     def _pool_compatible(self, limits: dict, handle: Handle) -> bool:
         pooled = handle.state.get("limits", {})

@@ -68,6 +68,10 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         out(f"refusing to listen on {config.host}: a non-loopback address needs an explicit token "
             "(set SANDBOX_KERNEL_TOKEN or --token)")
         return 2
+    conflicts = config.defaults_over_maxima()
+    if conflicts:
+        out("refusing to start: a default limit is over its maximum: " + "; ".join(conflicts))
+        return 2
     items = doctor.report(config)
     missing = doctor.missing(items)
     if missing:
