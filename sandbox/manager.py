@@ -448,7 +448,7 @@ class SandboxManager:
 
     def usage(self) -> dict:
         """What live claimed sandboxes (and creates under way) hold; the warm pool is not counted."""
-        claimed = [h.state.get("limits") or {} for h in self.live.values() if h.state.get("state") != "pooled"]
+        claimed = [h.state.get("limits") or {} for h in self.live.values() if h.state.get("state") != V.POOLED]
         return capacity.usage(claimed + self.reserved)
 
     def capacity_report(self) -> dict:
