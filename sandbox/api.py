@@ -102,7 +102,14 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
     async def info(request: Request):
         return JSONResponse({"version": __version__, "state_dir": manager.state.root,
                              "protections": manager.protections, "pool": manager.pool_status(),
-                             "sandboxes": len(manager.list()), **manager.capacity_report()})
+                             "sandboxes": len(manager.list()), "node_id": config.node_id or None,
+                             "draining": manager.draining, **manager.capacity_report()})
+
+    async def drain(request: Request):
+        data = await body(request, schemas.DRAIN)
+        manager.draining = data.get("draining", True)
+        return JSONResponse({"node_id": config.node_id or None, "draining": manager.draining,
+                             "sandboxes": len(manager.list())})
 
     async def openapi(request: Request):
         return JSONResponse(openapi_document())
@@ -236,6 +243,7 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
     routes = [
         Route("/v1/health", health, methods=["GET"]),
         Route("/v1/info", info, methods=["GET"]),
+        Route("/v1/node/drain", drain, methods=["POST"]),
         Route("/v1/openapi.json", openapi, methods=["GET"]),
         Route("/v1/sandboxes", create, methods=["POST"]),
         Route("/v1/sandboxes", list_sandboxes, methods=["GET"]),
@@ -257,19 +265,6 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
         Route("/v1/images/{name}", delete_image, methods=["DELETE"]),
     ]
 
-    async def on_api_error(request: Request, exc: ApiError):
-        return error_response(exc)
-
-    async def on_http_error(request: Request, exc: HTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
-        message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}.get(
-            exc.status_code, str(exc.detail))
-        return error_response(ApiError(exc.status_code, code, message))
-
-    async def on_unexpected(request: Request, exc: Exception):
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return error_response(ApiError(500, "internal", "the server failed on this request; it is logged"))
-
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await manager.start()
@@ -279,10 +274,30 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
             await manager.stop()
 
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={ApiError: on_api_error, HTTPException: on_http_error, Exception: on_unexpected})
+                    exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(TokenAuth, token=token)
     app.state.manager = manager
     return app
+
+
+async def on_api_error(request: Request, exc: ApiError):
+    return error_response(exc)
+
+
+async def on_http_error(request: Request, exc: HTTPException):
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
+    message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}.get(
+        exc.status_code, str(exc.detail))
+    return error_response(ApiError(exc.status_code, code, message))
+
+
+async def on_unexpected(request: Request, exc: Exception):
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return error_response(ApiError(500, "internal", "the server failed on this request; it is logged"))
+
+
+# Every failure as {"error": {...}}: shared with the gateway, which must answer the same way.
+EXCEPTION_HANDLERS = {ApiError: on_api_error, HTTPException: on_http_error, Exception: on_unexpected}
 
 
 def _image_view(info: dict, manager: SandboxManager) -> dict:

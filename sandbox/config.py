@@ -7,13 +7,15 @@ environment variable; the defaults are what a single-user laptop or a CI box wan
 from __future__ import annotations
 
 import os
+import re
 
-from traitlets import Bool, Dict, Float, Int, Unicode, default
+from traitlets import Bool, Dict, Float, Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 from .paths import default_state_dir
 
 MiB = 1024 * 1024
+NODE_ID = re.compile(r"[a-z0-9]([a-z0-9.-]{0,38}[a-z0-9])?")
 DAY = 86400
 
 
@@ -64,6 +66,18 @@ class ServiceConfig(Configurable):
     seccomp = Bool(True).tag(config=True)
     allow_missing_protections = Bool(False, help="Start even when a protection is missing.").tag(config=True)
     delete_on_shutdown = Bool(False, help="Delete every sandbox when the server stops.").tag(config=True)
+
+    node_id = Unicode("", help="This node's name in a cluster (e.g. the Kubernetes node name): it is put in every "
+                      "sandbox id, so that a gateway routes each call to the node that holds the sandbox.").tag(config=True)
+    draining = Bool(False, help="Start draining: no new sandboxes, existing ones run out.").tag(config=True)
+
+    @validate("node_id")
+    def _check_node_id(self, proposal):
+        value = proposal["value"]
+        if value and not NODE_ID.fullmatch(value):
+            raise TraitError(f"node id {value!r}: 1-40 characters, lower-case letters, digits, '-' and '.', "
+                             "starting and ending with a letter or digit (a Kubernetes node name fits)")
+        return value
 
     @default("state_dir")
     def _state_dir_default(self):

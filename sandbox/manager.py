@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from . import capacity, statefile
 from .config import ServiceConfig
 from .errors import ApiError
+from .ids import new_sandbox_id
 from .images import ImageStore
 from .isolation import bwrap, cgroups, disk
 from .paths import StateDir
@@ -102,6 +103,7 @@ class SandboxManager:
         self.root = os.geteuid() == 0
         self.disk_quota = disk.available()[0]
         self.reserved: list[dict] = []  # limits of the creates under way, counted as used
+        self.draining = config.draining  # no new sandboxes (nor pool refills); existing ones run out
 
     # --------------------------------------------------------------- startup
     def prepare(self, progress=print) -> None:
@@ -419,6 +421,9 @@ class SandboxManager:
     async def create(self, request: dict) -> dict:
         if self.shutting_down.is_set():
             raise ApiError(503, "unavailable", "the server is shutting down")
+        if self.draining:
+            raise ApiError(503, "unavailable", f"the node {self.config.node_id or 'server'} is draining: "
+                           "it takes no new sandboxes", extra={"reason": V.NODE_DRAINING})
         image = request.get("image") or self.config.default_image
         if self.images.get(image) is None:
             raise ApiError(404, "not_found", f"no image named {image!r}; build it with: sandbox-kernel image build {image} --pip ...")
@@ -492,7 +497,7 @@ class SandboxManager:
     async def _spawn(self, image: str, limits: dict, ttl: int, max_life: int, *, pooled: bool,
                      metadata: dict | None = None) -> Handle:
         image_info = self.images.get(image)
-        sandbox_id = "sbx-" + secrets.token_hex(8)
+        sandbox_id = new_sandbox_id(self.config.node_id)
         d = self.state.sandbox(sandbox_id)
         os.makedirs(d, mode=0o711)
         os.chmod(d, 0o711)
@@ -630,7 +635,8 @@ class SandboxManager:
                     queue = self.pool.setdefault(image, deque())
                     queue_live = [i for i in queue if i in self.live]
                     self.pool[image] = deque(queue_live)
-                    while len(self.pool[image]) < self.pool_target(image) and not self.shutting_down.is_set():
+                    while (len(self.pool[image]) < self.pool_target(image) and not self.shutting_down.is_set()
+                           and not self.draining):
                         limits = self.config.default_limits()
                         handle = await self._spawn(image, limits, self.config.pool_idle_seconds,
                                                    self.config.pool_idle_seconds, pooled=True)

@@ -43,7 +43,9 @@ def openapi_document() -> dict:
     sandbox_ref = {"$ref": "#/components/schemas/Sandbox"}
     paths = {
         "/v1/health": {"get": _op("Liveness (no token needed)", errors=())},
-        "/v1/info": {"get": _op("Version, protections in force, warm pool", errors=(401,))},
+        "/v1/info": {"get": _op("Version, protections in force, warm pool, node id, draining, capacity", errors=(401,))},
+        "/v1/node/drain": {"post": _op("Drain this node (no new sandboxes; existing ones run out), or undo it",
+                                       body=_json_body(schemas.DRAIN), errors=(400, 401, 413, 422))},
         "/v1/sandboxes": {
             "post": _op("Create (or claim from the warm pool) a sandbox", ok="201", body=_json_body(schemas.CREATE),
                         errors=(400, 401, 404, 413, 422, 503), ok_schema=sandbox_ref),

@@ -94,6 +94,7 @@ RENEW = {"ttl_seconds": Field(int, minimum=1, maximum=14 * DAY)}
 COMPLETE = {"code": Field(str, required=True, max_length=1 << 20), "cursor_pos": Field(int, minimum=0, maximum=1 << 20)}
 INSPECT = {**COMPLETE, "detail_level": Field(int, minimum=0, maximum=1)}
 IS_COMPLETE = {"code": Field(str, required=True, max_length=1 << 20)}
+DRAIN = {"draining": Field(bool, description="true (the default): take no new sandboxes; false: take them again.")}
 IMAGE_BUILD = {
     "name": Field(str, required=True, pattern=IMAGE_NAME),
     "pip": Field(list, items=str, max_length=200),

@@ -93,6 +93,10 @@ PROTOCOL = "protocol"
 SERVER_SHUTDOWN = "server_shutdown"
 FAILED_TO_START = "failed_to_start"
 KILLED = "killed"
+# A gateway's words for a sandbox whose node does not answer: for now (it may be restarting;
+# the sandbox may still be there), or for good (the node is gone, and its sandboxes with it).
+NODE_UNAVAILABLE = "node_unavailable"
+NODE_GONE = "node_gone"
 # EXPIRED, DELETED and LOST are reasons as well as states (defined below with the states).
 
 _LOST_VARS = "its variables are lost"
@@ -109,10 +113,18 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(SERVER_SHUTDOWN, "SandboxAborted", "the sandbox server shut down during the cell", False),
     Reason(FAILED_TO_START, "SandboxDied", "the sandbox could not start", True),
     Reason(KILLED, "SandboxDied", f"the sandbox was killed; {_LOST_VARS}", True),
+    Reason(NODE_UNAVAILABLE, "NodeUnavailable", "the node that holds the sandbox stopped answering during the cell; "
+           "the cell's outcome is unknown", False),
+    Reason(NODE_GONE, "NodeGone", f"the node that held the sandbox is gone; {_LOST_VARS}", True),
     Reason("expired", "SandboxExpired", f"the sandbox expired; {_LOST_VARS}", True),
     Reason("deleted", "SandboxDeleted", f"the sandbox was deleted; {_LOST_VARS}", True),
     Reason("lost", "SandboxLost", f"the sandbox's processes ended while the server was not running; {_LOST_VARS}", True),
 )}
+
+# ------------------------------------------------- node conditions (503 reasons)
+# Why a node refuses a new sandbox (a gateway then places elsewhere); a full node says so
+# with 409 capacity_exceeded.
+NODE_DRAINING = "draining"
 
 # ---------------------------------------------------------------- sandbox states
 BOOTING = "booting"
