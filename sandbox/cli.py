@@ -1,4 +1,4 @@
-"""``sandbox-kernel``: serve | doctor | image build/ls/rm | install | ls | rm | lab."""
+"""``sandbox-kernel``: serve | gateway | doctor | image build/ls/rm | install | ls | rm | lab."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ def _config_from(args):
     from .config import ServiceConfig
 
     kwargs = {}
-    for name in ("host", "port", "state_dir", "token", "pool_size", "ttl_seconds", "memory_mb", "pids", "cpus"):
+    for name in ("host", "port", "state_dir", "token", "pool_size", "ttl_seconds", "memory_mb", "pids", "cpus",
+                 "node_id"):
         value = getattr(args, name, None)
         if value is not None:
             kwargs[name] = value
-    for flag in ("allow_missing_protections", "delete_on_shutdown"):
+    for flag in ("allow_missing_protections", "delete_on_shutdown", "draining"):
         if getattr(args, flag, False):
             kwargs[flag] = True
     if getattr(args, "no_seccomp", False):
@@ -40,13 +41,30 @@ def _config_from(args):
             kwargs[name] = traits[name].from_string(value)
         except Exception as exc:
             raise SystemExit(f"--set {item!r}: {exc}") from None
-    return ServiceConfig(**kwargs)
+    from traitlets import TraitError
+
+    try:
+        return ServiceConfig(**kwargs)
+    except TraitError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def cmd_serve(args) -> int:
     from .server import serve
 
     return serve(_config_from(args), log_level=args.log_level)
+
+
+def cmd_gateway(args) -> int:
+    from .gateway.config import GatewayConfig
+    from .gateway.server import serve_gateway
+
+    kwargs = {k: v for k, v in vars(args).items()
+              if v is not None and k in ("host", "port", "token", "node_token", "dns_name", "dns_port", "dns_server",
+                                         "refresh_seconds", "node_timeout_seconds", "node_gone_seconds")}
+    if args.node:
+        kwargs["nodes"] = args.node
+    return serve_gateway(GatewayConfig(**kwargs), log_level=args.log_level)
 
 
 def cmd_doctor(args) -> int:
@@ -187,11 +205,31 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--set", action="append", metavar="NAME=VALUE",
                        help="any server setting, e.g. --set max_memory_mb=4096 (see README, Limits)")
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--node-id", help="this node's name in a cluster, put in every sandbox id so that a "
+                       "gateway can route to it (e.g. the Kubernetes node name)")
+    serve.add_argument("--drain", dest="draining", action="store_true",
+                       help="start draining: no new sandboxes (undo with POST /v1/node/drain {\"draining\": false})")
     serve.add_argument("--delete-on-shutdown", action="store_true")
     serve.add_argument("--no-seccomp", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--allow-missing-protections", action="store_true",
                        help="start even when `doctor` reports a protection missing (weaker isolation!)")
     serve.set_defaults(func=cmd_serve)
+
+    gw = sub.add_parser("gateway", help="serve the /v1 API over many node servers")
+    gw.add_argument("--host")
+    gw.add_argument("--port", type=int, help="default 8780")
+    gw.add_argument("--token", help="the token clients send (default: SANDBOX_KERNEL_TOKEN)")
+    gw.add_argument("--node-token", help="the token sent to nodes (default: SANDBOX_KERNEL_NODE_TOKEN, else --token)")
+    gw.add_argument("--node", action="append", metavar="URL", help="a node server's URL (repeatable)")
+    gw.add_argument("--dns-name", help="find nodes as the A/AAAA records of this name (a headless Service)")
+    gw.add_argument("--dns-port", type=int, help="the nodes' port for --dns-name (default 8765)")
+    gw.add_argument("--dns-server", metavar="IP[:PORT]", help="resolver for --dns-name (default: the system's)")
+    gw.add_argument("--refresh-seconds", type=float, help="discovery and node info refresh (default 2)")
+    gw.add_argument("--node-timeout-seconds", type=float, help="connect and /v1/info timeout per node (default 3)")
+    gw.add_argument("--node-gone-seconds", type=float,
+                    help="a node silent this long is gone: its sandboxes answer 410 (default 30; 503 before)")
+    gw.add_argument("--log-level", default="info")
+    gw.set_defaults(func=cmd_gateway)
 
     doc = sub.add_parser("doctor", help="report each protection as in force, weaker or missing")
     doc.add_argument("--json", action="store_true")

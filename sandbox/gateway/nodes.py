@@ -1,0 +1,198 @@
+"""The nodes a gateway knows: discovered addresses, each node's own ``/v1/info``, and the
+map from node id to address that routes every sandbox call.
+
+Everything here is soft state, rebuilt from discovery and the nodes every few seconds, so a
+restarted gateway relearns it and two gateways never need to agree. A node that stops
+answering (or leaves discovery) is first *unavailable* (503: it may be restarting), and
+*gone* after ``node_gone_seconds`` (410: its sandboxes will not come back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from ..errors import ApiError
+from ..ids import node_of
+from ..runtime import vocabulary as V
+from .config import GatewayConfig
+
+log = logging.getLogger("sandbox.gateway.nodes")
+
+# Why a sandbox call gets no answer from its node: the error bodies' "reason".
+NODE_GONE, NODE_UNAVAILABLE = V.NODE_GONE, V.NODE_UNAVAILABLE
+
+
+@dataclass
+class Node:
+    address: str
+    client: httpx.AsyncClient
+    node_id: str | None = None
+    info: dict = field(default_factory=dict)
+    up: bool = False
+    answered_at: float | None = None   # monotonic time of the last good /v1/info
+    down_since: float | None = None    # monotonic time it was first seen not answering
+    departed_at: float | None = None   # monotonic time it left discovery
+    error: str = ""
+    # Set while the node is down: open execute streams watch it, so that a node that
+    # vanishes without closing its connections ends them instead of leaving them hanging.
+    down_event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def draining(self) -> bool:
+        return bool(self.info.get("draining"))
+
+    def mark_up(self, info: dict) -> None:
+        self.info, self.node_id, self.up = info, info.get("node_id"), True
+        self.answered_at, self.down_since, self.error = time.monotonic(), None, ""
+        self.down_event.clear()
+
+    def mark_down(self, error: str) -> None:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+        self.up, self.error = False, error
+        self.down_event.set()
+
+    def summary(self) -> dict:
+        now = time.monotonic()
+        state = ("up" if self.up else "down") if self.node_id or not self.up else "no_node_id"
+        if self.up and self.draining:
+            state = V.NODE_DRAINING
+        return {
+            "node_id": self.node_id, "address": self.address, "state": state,
+            "draining": self.draining, "capacity": self.info.get("capacity"), "pool": self.info.get("pool"),
+            "version": self.info.get("version"),
+            "seconds_since_answer": None if self.answered_at is None else round(now - self.answered_at, 1),
+            "in_discovery": self.departed_at is None, "error": self.error or None,
+        }
+
+
+class NodeTable:
+    def __init__(self, config: GatewayConfig, source):
+        self.config = config
+        self.source = source
+        self.nodes: dict[str, Node] = {}      # by address
+        self.by_id: dict[str, Node] = {}
+        self.started = time.monotonic()
+        self.refreshed = asyncio.Event()      # set once a first round has finished
+        self.limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+
+    # ----------------------------------------------------------------- refresh
+    def _client(self, address: str) -> httpx.AsyncClient:
+        timeout = httpx.Timeout(120.0, connect=self.config.node_timeout_seconds)
+        return httpx.AsyncClient(base_url=address, timeout=timeout, limits=self.limits,
+                                 headers={"Authorization": f"Bearer {self.config.node_token}"})
+
+    async def refresh(self) -> None:
+        try:
+            addresses = await self.source.addresses()
+        except Exception as exc:  # a discovery bug must not stop routing to the nodes we know
+            log.warning("node discovery failed: %s", exc)
+            addresses = [a for a, n in self.nodes.items() if n.departed_at is None]
+        now = time.monotonic()
+        for address in addresses:
+            node = self.nodes.get(address)
+            if node is None:
+                self.nodes[address] = Node(address, self._client(address))
+                log.info("discovered node address %s", address)
+            else:
+                node.departed_at = None
+        for address, node in list(self.nodes.items()):
+            if address not in addresses and node.departed_at is None:
+                node.departed_at = now
+                node.mark_down("left discovery")
+                log.info("node %s (%s) left discovery", node.node_id, address)
+            if node.departed_at is not None and now - node.departed_at > self.config.node_gone_seconds * 4:
+                del self.nodes[address]  # long gone: its id answers 410 as an unknown one
+                await node.client.aclose()
+        await asyncio.gather(*(self._ask(n) for n in self.nodes.values() if n.departed_at is None))
+        self._index()
+        self.refreshed.set()
+
+    async def _ask(self, node: Node) -> None:
+        try:
+            r = await node.client.get("/v1/info", timeout=self.config.node_timeout_seconds)
+        except httpx.HTTPError as exc:
+            if node.up:
+                log.warning("node %s (%s) is not answering: %s", node.node_id, node.address, exc)
+            node.mark_down(f"not answering ({type(exc).__name__})")
+            return
+        if r.status_code == 401:
+            node.mark_down("refuses the gateway's node token")
+            return
+        try:
+            info = r.json() if r.status_code == 200 else None
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):
+            node.mark_down(f"/v1/info answered HTTP {r.status_code}")
+            return
+        if not info.get("node_id"):
+            log.warning("node at %s has no node id (serve --node-id): not used", node.address)
+        if not node.up:
+            log.info("node %s (%s) is up", info.get("node_id"), node.address)
+        node.mark_up(info)
+
+    def _index(self) -> None:
+        by_id: dict[str, Node] = {}
+        # Departed and down nodes first, so that a node id seen at a new address (a pod
+        # that came back with another IP) routes there.
+        order = sorted(self.nodes.values(), key=lambda n: (n.departed_at is None, n.up))
+        for node in order:
+            if node.node_id:
+                by_id[node.node_id] = node
+        self.by_id = by_id
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.refresh_seconds)
+            try:
+                await self.refresh()
+            except Exception:
+                log.exception("node refresh failed")
+
+    async def close(self) -> None:
+        await asyncio.gather(*(n.client.aclose() for n in self.nodes.values()), return_exceptions=True)
+
+    # ----------------------------------------------------------------- queries
+    def usable(self) -> list[Node]:
+        """Nodes that answer and have an id: the ones placement may choose from."""
+        return [n for n in self.nodes.values() if n.up and n.node_id and n.departed_at is None]
+
+    def known(self) -> list[Node]:
+        return sorted(self.nodes.values(), key=lambda n: (n.node_id or "", n.address))
+
+    def route(self, sandbox_id: str) -> Node:
+        """The node that holds ``sandbox_id``, or the error that says why there is none."""
+        node_id = node_of(sandbox_id)
+        if node_id is None:
+            raise ApiError(404, "not_found", f"no sandbox with id {sandbox_id!r}")
+        node = self.by_id.get(node_id)
+        if node is not None and node.up and node.departed_at is None:
+            return node
+        raise self.unreachable(sandbox_id, node_id, node)
+
+    def unreachable(self, sandbox_id: str, node_id: str, node: Node | None) -> ApiError:
+        now = time.monotonic()
+        grace = self.config.node_gone_seconds
+        if node is None:
+            unknown = [n.address for n in self.nodes.values() if n.node_id is None and n.departed_at is None]
+            if unknown and now - self.started < grace:
+                return ApiError(503, "unavailable", f"sandbox {sandbox_id}: its node {node_id} is not known yet "
+                                f"(nodes not answering: {', '.join(unknown)})", extra={"reason": NODE_UNAVAILABLE})
+            known = ", ".join(sorted(self.by_id)) or "none"
+            return ApiError(410, "gone", f"sandbox {sandbox_id}: the node {node_id} is gone "
+                            f"(it is not among the nodes found: {known})",
+                            extra={"state": V.LOST, "reason": NODE_GONE})
+        since = node.departed_at if node.departed_at is not None else node.down_since
+        waited = now - since if since is not None else 0.0
+        if waited >= grace:
+            return ApiError(410, "gone", f"sandbox {sandbox_id}: the node {node_id} is gone ({node.error or 'down'} "
+                            f"for {waited:.0f} s)", extra={"state": V.LOST, "reason": NODE_GONE})
+        return ApiError(503, "unavailable", f"sandbox {sandbox_id}: its node {node_id} is {node.error or 'down'} "
+                        f"(for {waited:.0f} s; it counts as gone after {grace:.0f} s)",
+                        extra={"reason": NODE_UNAVAILABLE})
