@@ -1,0 +1,211 @@
+"""The gateway in front of one real node server, on loopback: the Python client unchanged,
+streams through in both directions, a client that goes away, a node that stops answering,
+and DNS discovery from a resolver the test runs. (Several hosts: tests/multihost/.)"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import threading
+
+import httpx
+import pytest
+
+import support
+from sandbox import Sandbox, SandboxGone
+from sandbox.gateway.discovery import DnsNodes
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_the_client_works_unchanged_through_the_gateway(gateway):
+    data = os.urandom(2 * 1024 * 1024 + 5)
+    with Sandbox.create(url=gateway.url, token=gateway.token, ttl_seconds=600) as sbx:
+        assert sbx.id.startswith("sbx-loop1-")
+        assert sbx.run_code("z = 20 + 1").ok
+        seen: list[str] = []
+        run = sbx.run_code("print(z * 2)", on_stdout=seen.append)
+        assert run.ok and "".join(seen) == "42\n"
+        sbx.files.write("d/blob.bin", iter([data[:1000], data[1000:]]))
+        assert sbx.files.read("d/blob.bin") == data
+        assert "d/blob.bin" in [f.path for f in sbx.files.list()]
+        assert sbx.is_complete("for i in z:")["status"] == "incomplete"  # (complete: jedi, slow on a busy host)
+        assert sbx.id in [s.id for s in Sandbox.list(url=gateway.url, token=gateway.token)]
+        sandbox_id = sbx.id
+    with pytest.raises(SandboxGone):  # the node's own 410 for a deleted sandbox, passed through
+        Sandbox.connect(sandbox_id, url=gateway.url, token=gateway.token).refresh()
+
+
+def test_an_execute_streams_its_events_as_they_happen(gateway):
+    """Each event reaches the client before the cell goes on (no buffering in the gateway)."""
+    with gateway.client() as c:
+        sandbox_id = support.create(c)["id"]
+        try:
+            code = "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.5 if i < 2 else 60)\n"
+            text = ""
+            with c.stream("POST", f"/v1/sandboxes/{sandbox_id}/execute", json={"code": code}) as r:
+                for line in r.iter_lines():
+                    event = json.loads(line)
+                    assert event["type"] == "stream", event
+                    text += event["text"]
+                    if text.endswith("2\n"):
+                        break  # the cell still sleeps for a minute: this came through at once
+            assert text == "0\n1\n2\n"
+            # Leaving the stream interrupted that cell: the next one runs now, not in a minute.
+            events = support.execute(c, sandbox_id, "print('next')", timeout_seconds=30)
+            assert support.stream_text(support.ok(events)) == "next\n"
+        finally:
+            c.delete(f"/v1/sandboxes/{sandbox_id}")
+
+
+def test_gateway_info_and_nodes(gateway, node):
+    with gateway.client() as c:
+        info = c.get("/v1/info").json()
+        assert info["role"] == "gateway" and [n["node_id"] for n in info["nodes"]] == ["loop1"]
+        [summary] = c.get("/v1/nodes").json()["nodes"]
+        assert summary["state"] == "up" and summary["address"] == node.url
+        assert summary["capacity"]["memory_mb"]["total"] > 0
+        r = c.post("/v1/nodes/nope/drain", json={})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        r = c.post("/v1/images", json={"name": "x"})
+        assert r.status_code == 501 and r.json()["error"]["code"] == "not_supported"
+        assert "default" in [i["name"] for i in c.get("/v1/images").json()["images"]]
+
+
+def test_the_node_reports_what_placement_needs_and_can_be_drained(node, gateway):
+    with node.client() as n:
+        info = n.get("/v1/info").json()
+        assert info["node_id"] == "loop1" and info["draining"] is False
+        slots = info["capacity"]["sandboxes"]
+        assert slots["total"] == 3 and slots["enforced"] and slots["free"] == 3 - slots["used"]
+        assert info["capacity"]["memory_mb"]["total"] > 0 and info["defaults"]["memory_mb"] > 0
+        made = [support.create(n)["id"] for _ in range(slots["free"])]
+        try:
+            assert all(i.startswith("sbx-loop1-") for i in made)
+            full = n.post("/v1/sandboxes", json={})
+            assert full.status_code == 409 and full.json()["error"]["code"] == "capacity_exceeded", full.text
+            with gateway.client() as g:  # and the gateway, knowing it, does not try
+                assert support.wait_for(lambda: g.get("/v1/nodes").json()["nodes"][0]["capacity"]["sandboxes"]["free"] == 0, 10)
+                r = g.post("/v1/sandboxes", json={})
+                assert r.status_code == 503 and "loop1: full (3 sandboxes)" in r.json()["error"]["message"], r.text
+        finally:
+            for sandbox_id in made:
+                n.delete(f"/v1/sandboxes/{sandbox_id}")
+        r = n.post("/v1/node/drain", json={"draining": True})
+        assert r.status_code == 200 and r.json()["node_id"] == "loop1" and r.json()["draining"] is True
+        try:
+            refused = n.post("/v1/sandboxes", json={})
+            assert refused.status_code == 503 and refused.json()["error"]["reason"] == "draining"
+            assert n.get("/v1/info").json()["draining"] is True
+            bad = n.post("/v1/node/drain", json={"draining": "yes"})
+            assert bad.status_code == 422
+        finally:
+            n.post("/v1/node/drain", json={"draining": False})
+        again = n.post("/v1/sandboxes", json={})
+        assert again.status_code == 201, again.text
+        n.delete(f"/v1/sandboxes/{again.json()['id']}")
+
+
+def test_a_node_that_stops_answering_is_unavailable_then_gone(gateway, node):
+    """Last in this module: it stops the node."""
+    with gateway.client() as c:
+        sandbox_id = support.create(c)["id"]
+        assert support.ok(support.execute(c, sandbox_id, "1"))
+        streamed: dict = {}
+
+        def long_cell() -> None:
+            with gateway.client() as g:
+                streamed["events"] = support.execute(g, sandbox_id, "import time; print('on', flush=True); time.sleep(120)")
+
+        runner = threading.Thread(target=long_cell)
+        runner.start()
+        assert support.wait_for(lambda: c.get(f"/v1/sandboxes/{sandbox_id}").json().get("executing"), 30)
+        node.proc.send_signal(signal.SIGSTOP)  # alive but silent: connections open, nothing answers
+        try:
+            # A call made as it goes silent is answered, not left waiting on it.
+            r = c.get(f"/v1/sandboxes/{sandbox_id}")
+            assert r.status_code in (503, 410) and r.json()["error"]["reason"] in ("node_unavailable", "node_gone"), r.text
+            # The cell's stream does not hang on the silent node: it ends, saying why.
+            runner.join(60)
+            assert not runner.is_alive(), "the execute stream hung on a silent node"
+            events = streamed["events"]
+            # ('on' may or may not have left the node before it stopped: not checked)
+            assert support.of_type(events, "error")[-1]["ename"] == "NodeUnavailable"
+            done = support.done_of(events)
+            assert done["status"] == "error" and done["reason"] == "node_unavailable", events
+            first = support.wait_for(lambda: c.get(f"/v1/sandboxes/{sandbox_id}").status_code != 200, 20)
+            r = c.get(f"/v1/sandboxes/{sandbox_id}")
+            assert r.status_code in (503, 410), r.text
+            assert first
+            gone = support.wait_for(lambda: c.get(f"/v1/sandboxes/{sandbox_id}").status_code == 410, 20)
+            r = c.get(f"/v1/sandboxes/{sandbox_id}")
+            assert gone, r.text
+            assert r.json()["error"]["reason"] == "node_gone" and "the node loop1 is gone" in r.json()["error"]["message"]
+            r = c.post("/v1/sandboxes", json={})
+            assert r.status_code == 503 and "loop1" in r.json()["error"]["message"], r.text
+            listed = c.get("/v1/sandboxes").json()
+            assert listed["sandboxes"] == [] and [u["node_id"] for u in listed["nodes_unavailable"]] == ["loop1"]
+        finally:
+            node.proc.send_signal(signal.SIGCONT)
+        # Back: routed again.
+        assert support.wait_for(lambda: c.get(f"/v1/sandboxes/{sandbox_id}").status_code == 200, 20)
+        c.delete(f"/v1/sandboxes/{sandbox_id}")
+
+
+class Zone:
+    """A DNS server the test runs (dnslib) on loopback: A and AAAA records for one name."""
+
+    def __init__(self):
+        from dnslib import AAAA, QTYPE, RR, A
+        from dnslib.server import BaseResolver, DNSServer
+
+        zone = self
+        self.a: list[str] = []
+        self.aaaa: list[str] = []
+
+        class Resolver(BaseResolver):
+            def resolve(self, request, handler):
+                reply = request.reply()
+                name = str(request.q.qname).rstrip(".")
+                if name != "nodes.test":
+                    reply.header.rcode = 3  # NXDOMAIN
+                elif request.q.qtype == QTYPE.A:
+                    for ip in zone.a:
+                        reply.add_answer(RR(request.q.qname, QTYPE.A, rdata=A(ip), ttl=1))
+                elif request.q.qtype == QTYPE.AAAA:
+                    for ip in zone.aaaa:
+                        reply.add_answer(RR(request.q.qname, QTYPE.AAAA, rdata=AAAA(ip), ttl=1))
+                return reply
+
+        self.port = support.free_port()
+        self.server = DNSServer(Resolver(), port=self.port, address="127.0.0.1")
+        self.server.start_thread()
+
+    def close(self):
+        self.server.stop()
+
+
+def test_dns_discovery_reads_a_and_aaaa_records():
+    zone = Zone()
+    try:
+        async def lookups():
+            nodes = DnsNodes("nodes.test", 8765, f"127.0.0.1:{zone.port}", timeout=2)
+            zone.a, zone.aaaa = ["10.0.0.2", "10.0.0.1"], ["fd00::5"]
+            first = await nodes.addresses()
+            zone.a, zone.aaaa = ["10.0.0.1"], []
+            second = await nodes.addresses()
+            zone.close()  # the resolver goes away: the last answer stands
+            third = await nodes.addresses()
+            missing = await DnsNodes("other.test", 8765, f"127.0.0.1:{support.free_port()}", timeout=0.5).addresses()
+            return first, second, third, missing
+
+        first, second, third, missing = asyncio.run(lookups())
+        assert first == ["http://10.0.0.1:8765", "http://10.0.0.2:8765", "http://[fd00::5]:8765"]
+        assert second == ["http://10.0.0.1:8765"]
+        assert third == second
+        assert missing == []
+    finally:
+        zone.close()

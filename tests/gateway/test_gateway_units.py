@@ -1,0 +1,88 @@
+"""The gateway's pure parts: sandbox ids that carry their node, and placement."""
+
+from __future__ import annotations
+
+import random
+import re
+from types import SimpleNamespace
+
+import pytest
+from traitlets import TraitError
+
+from sandbox.config import ServiceConfig
+from sandbox.gateway import placement
+from sandbox.ids import new_sandbox_id, node_of
+from sandbox.openapi import SANDBOX_ID
+
+
+@pytest.mark.parametrize("node_id", ["node1", "gke-pool-1-a1b2c3d4-x9z8", "ip-10-0-0-1.eu-west-1.compute.internal", "a"])
+def test_an_id_names_its_node(node_id):
+    sandbox_id = new_sandbox_id(node_id)
+    assert node_of(sandbox_id) == node_id
+    assert re.fullmatch(SANDBOX_ID["schema"]["pattern"], sandbox_id), sandbox_id
+    assert new_sandbox_id(node_id) != sandbox_id
+
+
+def test_ids_without_a_node():
+    assert node_of(new_sandbox_id("")) is None
+    assert re.fullmatch(r"sbx-[0-9a-f]{16}", new_sandbox_id(""))
+    for other in ("sbx-node1-0123", "sbx--0123456789abcdef", "abc", "sbx-Node-0123456789abcdef", "sbx-n-0123456789abcdeg"):
+        assert node_of(other) is None, other
+
+
+@pytest.mark.parametrize("bad", ["Node1", "-a", "a-", "a" * 41, "a_b", "a b", "a/b"])
+def test_node_ids_are_checked(bad):
+    with pytest.raises(TraitError):
+        ServiceConfig(node_id=bad)
+    assert ServiceConfig(node_id="a" * 40).node_id == "a" * 40
+
+
+def node(node_id, *, sandboxes=0, cap=None, ready=0, draining=False, memory_free=8000, total=16000, images=("default",)):
+    """A node's /v1/info as placement reads it (the capacity report of sandbox/capacity.py)."""
+    return SimpleNamespace(node_id=node_id, info={
+        "draining": draining, "defaults": {"memory_mb": 1024},
+        "capacity": {"sandboxes": {"total": cap, "used": sandboxes, "free": None if cap is None else cap - sandboxes,
+                                   "enforced": cap is not None},
+                     "memory_mb": {"total": total, "used": total - memory_free, "free": memory_free, "enforced": False}},
+        "pool": {image: {"ready": ready, "target": 1} for image in images},
+    })
+
+
+def ids(nodes):
+    return [n.node_id for n in nodes]
+
+
+def test_full_draining_short_of_memory_or_imageless_nodes_get_none():
+    nodes = [node("full", sandboxes=10, cap=10), node("draining", draining=True), node("poor", memory_free=1000),
+             node("other-image", images=("analytics",)), node("ok")]
+    chosen, refused = placement.rank(nodes, "default", None)
+    assert ids(chosen) == ["ok"]
+    assert refused == {"full": "full (10 sandboxes)", "draining": "draining",
+                       "poor": "1000 MiB of memory free, 1024 asked", "other-image": "no image 'default'"}
+    assert ids(placement.rank(nodes, "default", 512)[0]) == ["ok", "poor"]  # a smaller request fits
+    assert placement.rank(nodes, "default", 9000)[0] == []
+
+
+def test_a_warm_sandbox_comes_first_then_the_most_free_capacity():
+    nodes = [node("busy-warm", sandboxes=9, cap=10, ready=1), node("idle", sandboxes=1, cap=10), node("half", sandboxes=5, cap=10)]
+    assert ids(placement.rank(nodes, "default", None)[0]) == ["busy-warm", "idle", "half"]
+    nodes[0].info["pool"]["default"]["ready"] = 0
+    assert ids(placement.rank(nodes, "default", 512)[0]) == ["idle", "half", "busy-warm"]
+    # Without caps, by available memory, to the percent; then the fewest sandboxes.
+    uncapped = [node("a", sandboxes=3, memory_free=8000), node("b", sandboxes=1, memory_free=8040), node("c", memory_free=12000)]
+    assert ids(placement.rank(uncapped, "default", 512)[0]) == ["c", "b", "a"]
+
+
+def test_a_burst_of_creates_spreads_before_the_next_refresh():
+    nodes = [node(f"n{i}", cap=30, memory_free=60000, total=64000) for i in (1, 2, 3)]
+    rng = random.Random(7)
+    placed = []
+    for _ in range(30):
+        best = placement.rank(nodes, "default", 512, rng)[0][0]
+        placement.note_placed(best.info, "default", from_pool=False)
+        placed.append(best.node_id)
+    assert {n: placed.count(n) for n in ("n1", "n2", "n3")} == {"n1": 10, "n2": 10, "n3": 10}
+    warm = node("w", cap=30, ready=1)
+    placement.note_placed(warm.info, "default", from_pool=True)
+    assert warm.info["pool"]["default"]["ready"] == 0 and warm.info["capacity"]["sandboxes"]["free"] == 29
+    assert warm.info["capacity"]["memory_mb"]["free"] == 8000 - 1024
