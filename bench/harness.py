@@ -253,8 +253,9 @@ class BenchServer:
     the benchmark run.
     """
 
-    def __init__(self, state_dir: str, pool_size: int = 2, log=print) -> None:
+    def __init__(self, state_dir: str, pool_size: int = 2, log=print, extra_args: tuple[str, ...] = ()) -> None:
         self.state_dir = pathlib.Path(state_dir)
+        self.extra_args = extra_args
         self.pool_size = pool_size
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -292,7 +293,7 @@ class BenchServer:
             self.log(f"  building the default image in {self.state_dir} (once; about a minute)")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sandbox", "serve", "--port", str(self.port), "--state-dir", str(self.state_dir),
-             "--pool-size", str(self.pool_size), "--delete-on-shutdown", "--log-level", "warning"],
+             "--pool-size", str(self.pool_size), "--delete-on-shutdown", "--log-level", "warning", *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO),
             start_new_session=True,
         )
