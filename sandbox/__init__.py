@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # The client pulls in httpx; keep `import sandbox` cheap for the supervisor.
-    if name in {"Sandbox", "AsyncSandbox", "Execution", "SandboxError", "SandboxGone", "SandboxNotFound",
+    if name in {"Sandbox", "AsyncSandbox", "Execution", "CommandResult", "SandboxError", "SandboxGone", "SandboxNotFound",
                 "Unauthorized", "InvalidRequest", "ServerUnavailable", "list_sandboxes"}:
         from . import client
 

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import __version__, schemas
+from . import __version__, commands, schemas
 from .errors import ApiError
 from .files import Workspace
 from .images import ImageError
@@ -161,6 +161,28 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
 
         return StreamingResponse(lines(), media_type=NDJSON, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
+    async def run_command(request: Request):
+        handle = live(request)
+        # Room for the largest stdin as base64 on top of the usual body limit.
+        raw = await read_body(request, config.request_max_bytes + commands.MAX_STDIN_BASE64)
+        data = commands.prepare(schemas.parse(raw, schemas.COMMAND))
+        events = await manager.open_command(handle, data)
+
+        async def lines():
+            async for event in events:
+                yield json.dumps(event, ensure_ascii=False) + "\n"
+
+        return StreamingResponse(lines(), media_type=NDJSON, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    async def list_commands(request: Request):
+        reply = await manager.call(live(request), {"op": "commands"})
+        return JSONResponse({"commands": reply.get("commands", [])})
+
+    async def interrupt_command(request: Request):
+        reply = await manager.call(live(request), {"op": "command_interrupt",
+                                                   "command_id": request.path_params["command_id"]})
+        return JSONResponse({"interrupted": reply.get("interrupted", False)})
+
     def workspace(handle) -> Workspace:
         return Workspace(handle.dir + "/workspace", handle.uid, config.file_max_bytes)
 
@@ -252,6 +274,9 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
         Route(sid + "/renew", renew, methods=["POST"]),
         Route(sid + "/interrupt", interrupt, methods=["POST"]),
         Route(sid + "/execute", execute, methods=["POST"]),
+        Route(sid + "/commands", run_command, methods=["POST"]),
+        Route(sid + "/commands", list_commands, methods=["GET"]),
+        Route(sid + "/commands/{command_id}/interrupt", interrupt_command, methods=["POST"]),
         Route(sid + "/complete", forwarder("complete", schemas.COMPLETE, ("matches", "cursor_start", "cursor_end", "metadata")), methods=["POST"]),
         Route(sid + "/inspect", forwarder("inspect", schemas.INSPECT, ("found", "data", "metadata")), methods=["POST"]),
         Route(sid + "/is_complete", forwarder("is_complete", schemas.IS_COMPLETE, ("status", "indent")), methods=["POST"]),

@@ -21,6 +21,7 @@ whose message says how to start one.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import inspect
 import io
@@ -39,7 +40,10 @@ from .runtime import vocabulary as V
 
 __all__ = [
     "DEFAULT_URL",
+    "AsyncCommands",
     "AsyncSandbox",
+    "CommandResult",
+    "Commands",
     "Execution",
     "ExecutionError",
     "FileInfo",
@@ -404,6 +408,99 @@ class Execution:
             self.truncated = bool(event.get("truncated"))
             self.sandbox_state = event.get("sandbox_state")
             self.expires_at = _parse_time(event.get("expires_at"))
+
+
+@dataclass
+class CommandResult:
+    """What one `commands.run` call produced: the program's exit and its output.
+
+    `exit_code` is the program's exit status, or None when it did not exit by itself: it
+    was killed by a signal (`signal` says which; a timeout or an interrupt ends that way
+    unless the program catches the signal) or the sandbox ended under it. `timed_out` is
+    True when the command ran past its timeout; `reason` says why a command was stopped
+    (`timeout`, `interrupted`, `client_disconnected`, `server_shutdown`, or the sandbox's
+    end reason such as `deleted` or `oom`), and `message` explains in words. stdout and
+    stderr are text (UTF-8, undecodable bytes replaced).
+    """
+
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    duration: float = 0.0
+    signal: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    truncated: bool = False
+    command_id: str | None = None
+    sandbox_state: str | None = None
+    expires_at: datetime | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def _apply(self, event: dict[str, t.Any]) -> None:
+        kind = event.get("type")
+        if kind == V.START:
+            self.command_id = event.get("command_id")
+        elif kind == V.STREAM:
+            if event.get("name") == V.STDERR:
+                self.stderr += event.get("text", "")
+            else:
+                self.stdout += event.get("text", "")
+        elif kind == V.DONE:
+            self.exit_code = event.get("exit_code")
+            self.signal = event.get("signal")
+            self.timed_out = bool(event.get("timed_out"))
+            self.duration = float(event.get("duration") or 0.0)
+            self.reason = event.get("reason")
+            self.message = event.get("message")
+            self.truncated = bool(event.get("truncated"))
+            self.sandbox_state = event.get("sandbox_state")
+            self.expires_at = _parse_time(event.get("expires_at"))
+
+
+def _command_body(
+    cmd: t.Union[str, t.Sequence[str]],
+    cwd: str | None,
+    env: dict[str, str] | None,
+    stdin: t.Union[str, bytes, None],
+    timeout: float | None,
+) -> dict[str, t.Any]:
+    """The request body: a str is a shell command line, a sequence of str is an argv."""
+    if isinstance(cmd, str):
+        body: dict[str, t.Any] = {"shell": cmd}
+    elif isinstance(cmd, (list, tuple)) and all(isinstance(a, str) for a in cmd):
+        body = {"argv": list(cmd)}
+    else:
+        raise TypeError("cmd must be a str (run by /bin/sh -c) or a list of str (an argv)")
+    if isinstance(stdin, (bytes, bytearray, memoryview)):
+        body["stdin_base64"] = base64.b64encode(bytes(stdin)).decode("ascii")
+    elif stdin is not None:
+        body["stdin"] = stdin
+    return {**body, **_create_body(cwd=cwd, env=env, timeout_seconds=timeout)}
+
+
+def _command_callbacks(
+    event: dict[str, t.Any], on_stdout: Callback | None, on_stderr: Callback | None, on_start: Callback | None
+) -> list[tuple[Callback, t.Any]]:
+    kind = event.get("type")
+    if kind == V.STREAM:
+        target = on_stderr if event.get("name") == V.STDERR else on_stdout
+        return [(target, event.get("text", ""))] if target else []
+    if kind == V.START and on_start:
+        return [(on_start, event.get("command_id"))]
+    return []
+
+
+def _check_command_done(saw_done: bool, config: ServerConfig) -> None:
+    if not saw_done:
+        raise ServerUnavailable(
+            "stream_ended",
+            f"the sandbox server at {config.url} ended the command's stream before the command finished "
+            "(server restarted or connection lost); the command may have partly run",
+        )
 
 
 def _callbacks_for(
@@ -796,6 +893,71 @@ def _content_length(response: httpx.Response) -> int | None:
         return None
 
 
+class Commands:
+    """Programs run in the sandbox beside its interpreter: same /workspace, limits and
+    (lack of) network; they do not wait for a running cell."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def run(
+        self,
+        cmd: t.Union[str, t.Sequence[str]],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: t.Union[str, bytes, None] = None,
+        timeout: float | None = None,
+        on_stdout: Callback | None = None,
+        on_stderr: Callback | None = None,
+        on_start: Callback | None = None,
+    ) -> CommandResult:
+        """Run `cmd` and wait for its end; output is passed to the callbacks as it comes.
+
+        `cmd` is an argv (list of str, run as given) or a str (run by `/bin/sh -c`); `cwd`
+        is relative to /workspace; `env` is added to the sandbox's environment; `stdin` is
+        text or bytes (none: /dev/null); `timeout` is in seconds (up to 24 h; default: the
+        server's execute timeout). A non-zero exit is not raised: read `exit_code`.
+        `on_start(command_id)` gets the id `interrupt` takes. Leaving early (Ctrl-C, an
+        exception in a callback) closes the stream, and the server stops the command.
+        """
+        body = _command_body(cmd, cwd, env, stdin, timeout)
+        result = CommandResult()
+        saw_done = False
+        tr = self._sandbox._transport
+        with tr.stream(
+            "POST", f"/v1/sandboxes/{self._sandbox.id}/commands", json=body, timeout=_execute_timeout(tr.timeout)
+        ) as response:
+            try:
+                for line in response.iter_lines():
+                    event = _parse_line(line)
+                    if event is None or saw_done:
+                        continue
+                    result._apply(event)
+                    for fn, arg in _command_callbacks(event, on_stdout, on_stderr, on_start):
+                        fn(arg)
+                    if event.get("type") == V.DONE:
+                        saw_done = True
+            except httpx.TransportError as exc:
+                if not saw_done:
+                    raise _transport_error(exc, tr.config) from exc
+        _check_command_done(saw_done, tr.config)
+        return result
+
+    def interrupt(self, command_id: str) -> bool:
+        """SIGINT to a running command's process group (SIGKILL 2 s later if it is still
+        running); False if no such command is running."""
+        body = self._sandbox._transport.request(
+            "POST", f"/v1/sandboxes/{self._sandbox.id}/commands/{quote(command_id, safe='')}/interrupt"
+        )
+        return bool((body or {}).get("interrupted"))
+
+    def list(self) -> list[dict[str, t.Any]]:
+        """The commands running now: command_id, argv or shell, cwd, timeout_seconds, started_at."""
+        body = self._sandbox._transport.request("GET", f"/v1/sandboxes/{self._sandbox.id}/commands")
+        return list((body or {}).get("commands", []))
+
+
 class _Sink:
     def __init__(self, dest: str | os.PathLike | t.BinaryIO) -> None:
         self.dest = dest
@@ -844,6 +1006,7 @@ class Sandbox:
         self._transport = _SyncTransport(self.config, _as_timeout(timeout))
         self._info = info
         self.files = Files(self)
+        self.commands = Commands(self)
 
     # -- construction
 
@@ -1161,6 +1324,59 @@ class AsyncFiles:
         await self._sandbox._transport.request("DELETE", _file_url(self._sandbox.id, path))
 
 
+class AsyncCommands:
+    """Async twin of `Commands`; callbacks may be coroutine functions."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def run(
+        self,
+        cmd: t.Union[str, t.Sequence[str]],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: t.Union[str, bytes, None] = None,
+        timeout: float | None = None,
+        on_stdout: Callback | None = None,
+        on_stderr: Callback | None = None,
+        on_start: Callback | None = None,
+    ) -> CommandResult:
+        """See `Commands.run`. Cancelling the task closes the stream and so stops the command."""
+        body = _command_body(cmd, cwd, env, stdin, timeout)
+        result = CommandResult()
+        saw_done = False
+        tr = self._sandbox._transport
+        async with tr.stream(
+            "POST", f"/v1/sandboxes/{self._sandbox.id}/commands", json=body, timeout=_execute_timeout(tr.timeout)
+        ) as response:
+            try:
+                async for line in response.aiter_lines():
+                    event = _parse_line(line)
+                    if event is None or saw_done:
+                        continue
+                    result._apply(event)
+                    for fn, arg in _command_callbacks(event, on_stdout, on_stderr, on_start):
+                        await _call(fn, arg)
+                    if event.get("type") == V.DONE:
+                        saw_done = True
+            except httpx.TransportError as exc:
+                if not saw_done:
+                    raise _transport_error(exc, tr.config) from exc
+        _check_command_done(saw_done, tr.config)
+        return result
+
+    async def interrupt(self, command_id: str) -> bool:
+        body = await self._sandbox._transport.request(
+            "POST", f"/v1/sandboxes/{self._sandbox.id}/commands/{quote(command_id, safe='')}/interrupt"
+        )
+        return bool((body or {}).get("interrupted"))
+
+    async def list(self) -> list[dict[str, t.Any]]:
+        body = await self._sandbox._transport.request("GET", f"/v1/sandboxes/{self._sandbox.id}/commands")
+        return list((body or {}).get("commands", []))
+
+
 class AsyncSandbox:
     """Async twin of `Sandbox`: same methods, awaited; callbacks may be coroutine functions.
 
@@ -1183,6 +1399,7 @@ class AsyncSandbox:
         self._transport = _AsyncTransport(self.config, _as_timeout(timeout))
         self._info = info
         self.files = AsyncFiles(self)
+        self.commands = AsyncCommands(self)
 
     @classmethod
     async def create(

@@ -263,6 +263,73 @@ class SandboxManager:
             raise self._gone_or_unavailable(handle) from None
         return reader, writer
 
+    async def open_command(self, handle: Handle, request: dict):
+        """Start a command and return its events (the `start` event first) as an async iterator.
+
+        The supervisor's first frame says whether the command started; a refusal (too many
+        running, the sandbox ending) becomes an HTTP error before the response begins.
+        Each command has a connection of its own, closed at its end: closing it early is
+        what tells the supervisor that the caller went away.
+        """
+        reader, writer = await self._connect_and_send(handle, {"op": V.OP_COMMAND, **request})
+        try:
+            first = await asyncio.wait_for(read_frame(reader), 30)
+        except (EOFError, ProtocolError, OSError, asyncio.TimeoutError):
+            writer.close()
+            raise self._gone_or_unavailable(handle) from None
+        if first.get("type") != V.START:
+            writer.close()
+            if first.get("error") == "gone":
+                await asyncio.to_thread(self._check_handle, handle, True)
+                if handle.id in self.ended:
+                    raise self.gone_error(handle.id)
+            status = {"too_many": 429, "gone": 409}.get(first.get("error"), 503)
+            raise ApiError(status, str(first.get("error") or "unavailable"), str(first.get("message") or "refused"))
+        return self._command_events(handle, first, reader, writer)
+
+    async def _command_events(self, handle: Handle, first: dict, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter):
+        yield first
+        next_frame = None
+        try:
+            while True:
+                next_frame = asyncio.ensure_future(read_frame(reader, 96 * 1024 * 1024))
+                stop = asyncio.ensure_future(self.shutting_down.wait())
+                done, _ = await asyncio.wait({next_frame, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if next_frame not in done:
+                    # Closing the connection (below) ends the command in the sandbox.
+                    yield V.command_done_event(
+                        exit_code=None, signal=None, timed_out=False, reason=V.SERVER_SHUTDOWN,
+                        message="the sandbox server is shutting down; the command was stopped (the sandbox and "
+                                "its variables are kept)", duration=0.0, truncated=False,
+                        sandbox_state=handle.state.get("state", V.RUNNING))
+                    return
+                stop.cancel()
+                frame, next_frame = next_frame, None
+                try:
+                    event = frame.result()
+                except (EOFError, ProtocolError, OSError):
+                    self._check_handle(handle)
+                    st = self.ended.get(handle.id) or {}
+                    message = st.get("dead_message") or st.get("end_message") or "its supervisor stopped"
+                    reason = st.get("dead_reason") or st.get("state")
+                    yield V.command_done_event(
+                        exit_code=None, signal=None, timed_out=False,
+                        reason=reason if reason in V.REASONS else V.CRASHED, message=message, duration=0.0,
+                        truncated=False, sandbox_state=st.get("state", V.DEAD))
+                    return
+                yield event
+                if event.get("type") == V.DONE:
+                    if event.get("expires_at"):
+                        handle.state["expires_at"] = event["expires_at"]
+                    if event.get("sandbox_state") in V.ENDED_STATES:
+                        self._check_handle(handle)
+                    return
+        finally:
+            if next_frame is not None:
+                next_frame.cancel()
+            writer.close()
+
     @staticmethod
     def _drop_idle(handle: Handle) -> None:
         while handle.idle:
@@ -559,6 +626,7 @@ class SandboxManager:
             "ttl_seconds": st.get("ttl_seconds"),
             "execution_count": st.get("execution_count", 0),
             "executing": bool(st.get("executing")),
+            "commands_running": int(st.get("commands_running") or 0),
             "limits": {k: v for k, v in (st.get("limits") or {}).items()},
             "isolation": st.get("isolation", {}),
             "from_pool": bool(st.get("from_pool", st.get("claimed", False))),

@@ -15,6 +15,7 @@ ERROR = {
 SANDBOX_ID = {"name": "sandbox_id", "in": "path", "required": True,
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}
 FILE_PATH = {"name": "path", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 1024}}
+COMMAND_ID = {"name": "command_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 IMAGE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 
 
@@ -60,6 +61,16 @@ def openapi_document() -> dict:
         "/v1/sandboxes/{sandbox_id}/execute": {"post": _op("Run code; events stream as NDJSON", params=sid,
                                                            body=_json_body(schemas.EXECUTE), content="application/x-ndjson",
                                                            errors=(400, 401, 404, 410, 413, 422))},
+        "/v1/sandboxes/{sandbox_id}/commands": {
+            "post": _op("Run a program (argv or a shell line) beside the interpreter; start, stdout/stderr "
+                        "and done (exit_code, timed_out, duration) stream as NDJSON", params=sid,
+                        body=_json_body(schemas.COMMAND), content="application/x-ndjson",
+                        errors=(400, 401, 404, 409, 410, 413, 422, 429, 503)),
+            "get": _op("Commands running now", params=sid),
+        },
+        "/v1/sandboxes/{sandbox_id}/commands/{command_id}/interrupt": {
+            "post": _op("Interrupt a running command (SIGINT to its process group, SIGKILL after 2 s)",
+                        params=[SANDBOX_ID, COMMAND_ID])},
         "/v1/sandboxes/{sandbox_id}/complete": {"post": _op("Completions at a cursor", params=sid, body=_json_body(schemas.COMPLETE), errors=(400, 401, 404, 410, 413, 422))},
         "/v1/sandboxes/{sandbox_id}/inspect": {"post": _op("Object inspection at a cursor", params=sid, body=_json_body(schemas.INSPECT), errors=(400, 401, 404, 410, 413, 422))},
         "/v1/sandboxes/{sandbox_id}/is_complete": {"post": _op("Whether code is a complete statement", params=sid, body=_json_body(schemas.IS_COMPLETE), errors=(400, 401, 404, 410, 413, 422))},

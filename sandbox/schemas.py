@@ -25,6 +25,7 @@ class Field:
     max_length: int | None = None
     pattern: str | None = None
     items: type | None = None
+    item_max_length: int | None = None  # checked when set; the OpenAPI says 500 otherwise
     description: str = ""
 
     def check(self, name: str, value):
@@ -47,6 +48,8 @@ class Field:
             for item in value:
                 if not isinstance(item, self.items):
                     raise ApiError(422, "invalid_request", f"every item of {name!r} must be {_type_name(self.items)}")
+                if self.item_max_length is not None and len(item) > self.item_max_length:
+                    raise ApiError(422, "invalid_request", f"an item of {name!r} is longer than {self.item_max_length}")
         return value
 
     def openapi(self) -> dict:
@@ -61,7 +64,7 @@ class Field:
         if self.pattern is not None:
             schema["pattern"] = f"^{self.pattern}$"
         if self.items is not None:
-            schema["items"] = {"type": {str: "string"}[self.items], "maxLength": 500}
+            schema["items"] = {"type": {str: "string"}[self.items], "maxLength": self.item_max_length or 500}
         if self.description:
             schema["description"] = self.description
         return schema
@@ -89,6 +92,19 @@ EXECUTE = {
     "timeout_seconds": Field(float, minimum=0.1, maximum=14 * DAY),
     "silent": Field(bool),
     "store_history": Field(bool),
+}
+COMMAND = {
+    "argv": Field(list, items=str, max_length=4096, item_max_length=1 << 20,
+                  description="The program and its arguments, run as given (no shell). Give argv or shell."),
+    "shell": Field(str, max_length=1 << 20, description="A command line for /bin/sh -c. Give argv or shell."),
+    "cwd": Field(str, max_length=4096, description="Working directory: relative to /workspace, or an absolute "
+                 "path under it (default /workspace)."),
+    "env": Field(dict, description="Variables added to the sandbox's environment: names [A-Za-z_][A-Za-z0-9_]*, "
+                 "string values without NUL."),
+    "stdin": Field(str, max_length=1 << 20, description="Standard input as text (UTF-8); none: /dev/null."),
+    "stdin_base64": Field(str, max_length=((1 << 20) + 2) // 3 * 4 + 4, description="Standard input as base64 bytes."),
+    "timeout_seconds": Field(float, minimum=0.1, maximum=DAY,
+                             description="Wall time before the command is stopped (SIGTERM, then SIGKILL); up to 24 h."),
 }
 RENEW = {"ttl_seconds": Field(int, minimum=1, maximum=14 * DAY)}
 COMPLETE = {"code": Field(str, required=True, max_length=1 << 20), "cursor_pos": Field(int, minimum=0, maximum=1 << 20)}

@@ -36,6 +36,7 @@ INTERRUPT_GRACE = 2.0
 SAVE_DELAY = 1.0
 RUNTIME_LOG_BYTES = 1024 * 1024
 RUNTIME_READY_TIMEOUT = 180.0
+MAX_COMMANDS = 16  # running at once per sandbox: each holds a connection and a stream on the host
 
 
 def iso(ts: float | None) -> str | None:
@@ -52,6 +53,18 @@ class Execution:
     def __init__(self, exec_id: str):
         self.id = exec_id
         self.events: asyncio.Queue = asyncio.Queue(maxsize=256)
+
+
+class CommandRun:
+    """A command the runtime runs for one caller: its events, and what was asked of it."""
+
+    def __init__(self, command_id: str, request: dict, timeout: float):
+        self.id = command_id
+        self.events: asyncio.Queue = asyncio.Queue(maxsize=256)
+        self.started_at = time.time()
+        self.timeout = timeout
+        self.summary = {"command_id": command_id, "argv": request.get("argv"), "shell": request.get("shell"),
+                        "cwd": request.get("cwd"), "timeout_seconds": timeout}
 
 
 class Supervisor:
@@ -82,6 +95,7 @@ class Supervisor:
         }
         self.exec_lock = asyncio.Lock()
         self.current: Execution | None = None
+        self.commands: dict[str, CommandRun] = {}
         self.pending: dict[int, asyncio.Future] = {}
         self.ids = itertools.count(1)
         self.proc: asyncio.subprocess.Process | None = None
@@ -140,6 +154,7 @@ class Supervisor:
         s["expires_at"] = iso(s["expires_at"])
         s["max_expires_at"] = iso(s["max_expires_at"])
         s["executing"] = self.current is not None
+        s["commands_running"] = len(self.commands)
         if self.cgroup is not None:
             s["memory_bytes"] = self.cgroup.memory_usage()
         return s
@@ -323,6 +338,13 @@ class Supervisor:
                 future = self.pending.pop(frame.get("id"), None)
                 if future is not None and not future.done():
                     future.set_result(frame)
+            elif kind in V.COMMAND_EVENTS and frame.get("exec") in self.commands:
+                problem = _command_frame_problem(frame)
+                if problem:
+                    asyncio.create_task(self.kill(V.PROTOCOL, "the sandbox broke its control channel's "
+                                                  f"protocol ({problem}) and was stopped; its variables are gone"))
+                    return
+                await self.commands[frame["exec"]].events.put(frame)
             elif kind in V.EXECUTE_EVENTS:
                 current = self.current
                 if current is not None and frame.get("exec") == current.id:
@@ -341,6 +363,8 @@ class Supervisor:
         self.save()
         if self.current is not None:
             await self.current.events.put({"type": "_died", "reason": reason, "message": message})
+        for command in list(self.commands.values()):
+            await command.events.put({"type": "_died", "reason": reason, "message": message})
         for future in self.pending.values():
             if not future.done():
                 future.set_exception(RuntimeError(message))
@@ -409,7 +433,8 @@ class Supervisor:
                 await self.end(V.EXPIRED, "it reached its maximum lifetime of "
                                f"{self.spec['max_lifetime_seconds']} s")
                 return
-            if now >= self.state["expires_at"] and self.current is None and not self.exec_lock.locked():
+            if (now >= self.state["expires_at"] and self.current is None and not self.exec_lock.locked()
+                    and not self.commands):
                 what = "pool idle time" if self.state["pooled"] else f"TTL of {self.state['ttl_seconds']} s"
                 await self.end(V.EXPIRED, f"it was not used within its {what}")
                 return
@@ -472,6 +497,10 @@ class Supervisor:
                 op = request.get("op")
                 if op == "execute":
                     if not await self.op_execute(request, reader, writer):
+                        return
+                    continue
+                if op == "command":
+                    if not await self.op_command(request, reader, writer):
                         return
                     continue
                 handler = getattr(self, f"op_{op}", None)
@@ -633,6 +662,128 @@ class Supervisor:
                 reason=done.get("reason")))
             return not client_gone.is_set()
 
+    async def op_command(self, request: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Run one command beside the interpreter and stream its output to the caller.
+
+        Commands do not queue behind cells: the runtime runs each in a process of its own
+        while a cell may be running (at most MAX_COMMANDS at once). The first frame is a
+        `start` (or an error reply, which the server turns into an HTTP error); then
+        `stream` events as the program writes; then `done`. The timeout, an interrupt and
+        a caller that goes away all end the command the same way: a signal to its process
+        group (SIGTERM for a timeout or a lost caller, SIGINT for an interrupt), SIGKILL
+        after a grace period, and after another one the command is reported ended even if
+        the runtime never confirmed it. The sandbox and its interpreter are kept.
+        """
+        if self.finished.is_set() or self.state["state"] != V.RUNNING:
+            await write_frame(writer, {"error": "gone", "message": f"the sandbox is {self.state['state']}"})
+            return True
+        if len(self.commands) >= MAX_COMMANDS:
+            await write_frame(writer, {"error": "too_many", "message": f"{MAX_COMMANDS} commands are already running "
+                                       "in this sandbox; wait for one to end"})
+            return True
+        timeout = float(request.get("timeout_seconds") or self.spec["limits"]["timeout_seconds"])
+        run = CommandRun(f"c{next(self.ids)}", request, timeout)
+        self.commands[run.id] = run
+        self.touch()
+        client_gone = asyncio.Event()
+        watch_client = None
+        budget = int(self.spec["limits"]["output_bytes"]) * 2 + 32 * 1024 * 1024
+        sent = dropped = 0
+        done: dict | None = None
+        timed_out = False
+        reason = None
+        try:
+            await self._send(writer, client_gone, {"type": V.START, "command_id": run.id})
+            watch_client = asyncio.create_task(_wait_eof(reader, client_gone, run.events))
+            await write_frame(self.channel_writer, {
+                "op": V.OP_COMMAND, "exec": run.id, "argv": request["argv"], "cwd": request.get("cwd"),
+                "env": request.get("env") or {}, "stdin": request.get("stdin"),
+            })
+            deadline = time.monotonic() + timeout
+            escalation = iter(("kill", "abandon"))
+            stopping = False
+            while done is None:
+                if client_gone.is_set() and not stopping:
+                    stopping, reason = True, V.CLIENT_DISCONNECTED
+                    await self._signal_command(run, V.SIGNAL_TERMINATE)
+                    deadline = time.monotonic() + INTERRUPT_GRACE
+                try:
+                    event = await asyncio.wait_for(run.events.get(), max(0.0, deadline - time.monotonic()))
+                except asyncio.TimeoutError:
+                    if not stopping:
+                        stopping, timed_out, reason = True, True, V.TIMEOUT
+                        await self._signal_command(run, V.SIGNAL_TERMINATE)
+                    elif next(escalation) == "kill":
+                        await self._signal_command(run, V.SIGNAL_KILL)
+                    else:
+                        done = {"exit_code": None, "signal": None, "message": (
+                            "the command did not end after SIGKILL was asked for; the sandbox's runtime did not "
+                            "confirm it (it may be busy in a cell), so the process may still be running")}
+                        break
+                    deadline = time.monotonic() + INTERRUPT_GRACE
+                    continue
+                kind = event.get("type")
+                if kind == "_client_gone":
+                    continue  # back to the top, which ends the command
+                if kind == "_interrupt":
+                    if not stopping:
+                        stopping, reason = True, V.INTERRUPTED
+                        await self._signal_command(run, V.SIGNAL_INTERRUPT)
+                        deadline = time.monotonic() + INTERRUPT_GRACE
+                    continue
+                if kind == "_died":
+                    done = {"exit_code": None, "signal": None, "message": event["message"]}
+                    reason = event["reason"] if event["reason"] in V.REASONS else V.KILLED
+                    break
+                if kind == V.COMMAND_DONE:
+                    done = event
+                    break
+                event.pop("exec", None)
+                size = _event_size(event)
+                if sent + size > budget:
+                    dropped += size
+                    continue
+                sent += size
+                await self._send(writer, client_gone, event)
+        finally:
+            self.commands.pop(run.id, None)
+            if watch_client is not None:
+                watch_client.cancel()
+                await asyncio.gather(watch_client, return_exceptions=True)
+        self.touch()
+        if self.state["state"] == V.RUNNING:
+            self.save_soon()
+        if dropped:
+            await self._send(writer, client_gone, V.stream_event(
+                V.STDERR, f"\n[sandbox: {dropped} bytes of output over the limit were dropped]\n"))
+        await self._send(writer, client_gone, V.command_done_event(
+            exit_code=done.get("exit_code"), signal=done.get("signal"), timed_out=timed_out, reason=reason,
+            message=done.get("error") or done.get("message"),
+            duration=done.get("duration", round(time.time() - run.started_at, 6)),
+            truncated=bool(done.get("truncated") or dropped),
+            expires_at=iso(self.state["expires_at"]), sandbox_state=self.state["state"]))
+        return not client_gone.is_set()
+
+    async def _signal_command(self, run: CommandRun, which: str) -> None:
+        try:
+            await write_frame(self.channel_writer, {"op": V.OP_COMMAND_SIGNAL, "exec": run.id, "signal": which})
+        except (ConnectionError, OSError):
+            pass  # the runtime is gone: its death ends the command
+
+    async def op_command_interrupt(self, request: dict) -> dict:
+        run = self.commands.get(request.get("command_id"))
+        if run is None:
+            return {"ok": True, "interrupted": False}
+        try:
+            run.events.put_nowait({"type": "_interrupt"})
+        except asyncio.QueueFull:  # the loop is behind on output: signal from here
+            await self._signal_command(run, V.SIGNAL_INTERRUPT)
+        return {"ok": True, "interrupted": True}
+
+    async def op_commands(self, request: dict) -> dict:
+        return {"ok": True, "commands": [
+            {**run.summary, "started_at": iso(run.started_at)} for run in self.commands.values()]}
+
     def _end_reason(self) -> str | None:
         """Why this sandbox no longer takes cells: its dead_reason, or the state it ended in."""
         if self.state["state"] == V.DEAD:
@@ -673,6 +824,27 @@ async def _wait_eof(reader: asyncio.StreamReader, gone: asyncio.Event, wake: asy
             wake.put_nowait({"type": "_client_gone"})
         except asyncio.QueueFull:
             pass  # a full queue wakes it anyway
+
+
+def _command_frame_problem(frame: dict) -> str | None:
+    """What is wrong with a command's frame from the runtime, if anything: the runtime
+    never sends such a frame, so anything off means code in the sandbox wrote it."""
+    if frame["type"] == V.STREAM:
+        if frame.get("name") not in V.STREAM_NAMES or not isinstance(frame.get("text"), str):
+            return "a command's stream frame without a stream name and text"
+        return None
+    exit_code, signum = frame.get("exit_code"), frame.get("signal")
+    if exit_code is not None and (type(exit_code) is not int or not 0 <= exit_code <= 255):
+        return "a command's exit code out of range"
+    if signum is not None and (type(signum) is not int or not 1 <= signum <= 64):
+        return "a command's signal out of range"
+    duration = frame.get("duration")
+    if type(duration) not in (int, float) or not 0 <= duration < 10 * 86400:
+        return "a command's duration out of range"
+    error = frame.get("error")
+    if error is not None and (not isinstance(error, str) or len(error) > 4096):
+        return "a command's error message that is not a short string"
+    return None
 
 
 def _event_size(event: dict) -> int:

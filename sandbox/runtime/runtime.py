@@ -1,7 +1,8 @@
-"""The request loop of a sandbox: execute, complete, inspect, interrupt.
+"""The request loop of a sandbox: execute, complete, inspect, interrupt, commands.
 
 The main thread runs cells (so SIGINT can interrupt them as it does in a terminal); a
-reader thread takes frames off the channel, answers interrupts at once and queues the rest.
+reader thread takes frames off the channel, answers interrupts and starts or signals
+commands at once (see commands.py), and queues the rest.
 Every event of an execution carries that execution's id, so the supervisor can route late
 output (a background thread printing after its cell ended) instead of mixing it into the
 next cell.
@@ -19,6 +20,7 @@ import time
 import traceback
 
 from .capture import OutputBudget, PipeDrain
+from .commands import CommandRunner
 from .display import clean_bundle
 from . import vocabulary as V
 from .protocol import SocketChannel
@@ -39,6 +41,7 @@ class Runtime:
         self.lock = threading.Lock()
         self.accepted: set[str] = set()  # executes received, not started
         self.cancelled: dict[str, dict] = {}  # ... and interrupted before they started
+        self.commands: CommandRunner | None = None
 
     # ----------------------------------------------------------------- output
     def send(self, message: dict) -> None:
@@ -97,6 +100,8 @@ class Runtime:
                 os._exit(71)  # channel closed: the supervisor ended, so do we
             if message.get("op") == V.OP_INTERRUPT:
                 self.interrupt(message)
+            elif message.get("op") in (V.OP_COMMAND, V.OP_COMMAND_SIGNAL):
+                self.commands.handle(message)  # here, not queued: the main thread may be in a cell
             else:
                 if message.get("op") == V.OP_EXECUTE:
                     with self.lock:
@@ -273,6 +278,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str], diag: int) -> None:
     channel_fd = int(argv[0])
+    # Commands start from the environment the sandbox booted with, not from what cells do
+    # to os.environ later; the runtime's own settings are not theirs.
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_")}
     output_limit = int(os.environ.get("SANDBOX_OUTPUT_LIMIT", str(10 * 1024 * 1024)))
     preload = [m for m in os.environ.get("SANDBOX_PRELOAD", "").split(",") if m]
 
@@ -284,6 +292,7 @@ def _main(argv: list[str], diag: int) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     channel = SocketChannel.from_fd(channel_fd)
     runtime = Runtime(channel, output_limit)
+    runtime.commands = CommandRunner(runtime.send, base_env, output_limit)
     runtime.drains = {
         V.STDOUT: PipeDrain(1, V.STDOUT, runtime.publish_stream, runtime.budget),
         V.STDERR: PipeDrain(2, V.STDERR, runtime.publish_stream, runtime.budget),

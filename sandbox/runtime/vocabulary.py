@@ -51,6 +51,22 @@ STDOUT = "stdout"
 STDERR = "stderr"
 STREAM_NAMES = frozenset({STDOUT, STDERR})
 
+# Commands (POST /v1/sandboxes/{id}/commands): the runtime sends a command's output as
+# ``stream`` frames and its end as one ``command_done``; the host turns that into the
+# client's ``done``, after a ``start`` of its own that names the command.
+START = "start"
+COMMAND_DONE = "command_done"
+#: Frames the runtime sends about a command.
+COMMAND_EVENTS = frozenset({STREAM, COMMAND_DONE})
+#: Every event of a command, as a client sees them: ``start``, output, then one ``done``.
+COMMAND_CLIENT_EVENTS = frozenset({START, STREAM, DONE})
+#: What the host may ask the runtime to do to a running command (SIGINT, SIGTERM, SIGKILL
+#: to its process group).
+SIGNAL_INTERRUPT = "interrupt"
+SIGNAL_TERMINATE = "terminate"
+SIGNAL_KILL = "kill"
+COMMAND_SIGNALS = frozenset({SIGNAL_INTERRUPT, SIGNAL_TERMINATE, SIGNAL_KILL})
+
 # --------------------------------------------------------- requests to the runtime
 OP_EXECUTE = "execute"
 OP_INTERRUPT = "interrupt"
@@ -58,7 +74,10 @@ OP_PING = "ping"
 OP_COMPLETE = "complete"
 OP_INSPECT = "inspect"
 OP_IS_COMPLETE = "is_complete"
-OPS = frozenset({OP_EXECUTE, OP_INTERRUPT, OP_PING, OP_COMPLETE, OP_INSPECT, OP_IS_COMPLETE})
+OP_COMMAND = "command"
+OP_COMMAND_SIGNAL = "command_signal"
+OPS = frozenset({OP_EXECUTE, OP_INTERRUPT, OP_PING, OP_COMPLETE, OP_INSPECT, OP_IS_COMPLETE,
+                 OP_COMMAND, OP_COMMAND_SIGNAL})
 
 # ------------------------------------------------------------------ done statuses
 OK = "ok"
@@ -97,6 +116,8 @@ KILLED = "killed"
 # the sandbox may still be there), or for good (the node is gone, and its sandboxes with it).
 NODE_UNAVAILABLE = "node_unavailable"
 NODE_GONE = "node_gone"
+TIMEOUT = "timeout"  # a command ran past its timeout and was stopped (SIGTERM, then SIGKILL)
+CLIENT_DISCONNECTED = "client_disconnected"  # a command's caller went away, so it was stopped
 # EXPIRED, DELETED and LOST are reasons as well as states (defined below with the states).
 
 _LOST_VARS = "its variables are lost"
@@ -116,6 +137,9 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(NODE_UNAVAILABLE, "NodeUnavailable", "the node that holds the sandbox stopped answering during the cell; "
            "the cell's outcome is unknown", False),
     Reason(NODE_GONE, "NodeGone", f"the node that held the sandbox is gone; {_LOST_VARS}", True),
+    Reason(TIMEOUT, "TimeoutError", "the command ran past its timeout and was stopped; the sandbox is kept", False),
+    Reason(CLIENT_DISCONNECTED, "ConnectionError",
+           "the command's caller went away, so the command was stopped; the sandbox is kept", False),
     Reason("expired", "SandboxExpired", f"the sandbox expired; {_LOST_VARS}", True),
     Reason("deleted", "SandboxDeleted", f"the sandbox was deleted; {_LOST_VARS}", True),
     Reason("lost", "SandboxLost", f"the sandbox's processes ended while the server was not running; {_LOST_VARS}", True),
@@ -219,6 +243,9 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
            "duration": FieldSpec(Kind.NUMBER, required=False),
            "truncated": FieldSpec(Kind.BOOL, required=False),
            "reason": FieldSpec(Kind.STR, required=False, nullable=True, choices=REASONS)},
+    COMMAND_DONE: {"exec": FieldSpec(Kind.STR), "exit_code": FieldSpec(Kind.INT, nullable=True),
+                   "signal": FieldSpec(Kind.INT, nullable=True), "duration": FieldSpec(Kind.NUMBER),
+                   "truncated": FieldSpec(Kind.BOOL), "error": FieldSpec(Kind.STR, nullable=True)},
     READY: {"pid": FieldSpec(Kind.INT), "python": FieldSpec(Kind.STR),
             "preloaded": FieldSpec(Kind.STR_LIST), "preload_failed": FieldSpec(Kind.STR_LIST)},
 }
@@ -227,6 +254,11 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
 DONE_EXTRA_FIELDS: dict[str, FieldSpec] = {
     "expires_at": FieldSpec(Kind.STR, required=False, nullable=True),
     "sandbox_state": FieldSpec(Kind.STR, required=False, choices=STATES),
+    # a command's done
+    "exit_code": FieldSpec(Kind.INT, required=False, nullable=True),
+    "signal": FieldSpec(Kind.INT, required=False, nullable=True),
+    "timed_out": FieldSpec(Kind.BOOL, required=False),
+    "message": FieldSpec(Kind.STR, required=False, nullable=True),
 }
 
 
@@ -270,4 +302,15 @@ def done_event(status: str, *, execution_count=None, duration: float = 0.0, trun
     if exec_id is not None:
         event["exec"] = exec_id
     event.update(extra)
+    return event
+
+
+def command_done_event(*, exit_code: int | None, signal: int | None, timed_out: bool, reason: str | None,
+                       message: str | None, duration: float, truncated: bool, **extra) -> dict:
+    """The one ``done`` of a command: ``status`` ok for exit code 0 (and no timeout), else
+    error; no ``execution_count``, since a command is not a cell."""
+    status = OK if exit_code == 0 and not timed_out else ERROR
+    event = done_event(status, duration=duration, truncated=truncated, reason=reason,
+                       exit_code=exit_code, signal=signal, timed_out=bool(timed_out), message=message, **extra)
+    del event["execution_count"]
     return event
