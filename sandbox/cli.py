@@ -22,6 +22,13 @@ def _config_from(args):
             kwargs[flag] = True
     if getattr(args, "no_seccomp", False):
         kwargs["seccomp"] = False
+    if getattr(args, "unsafe_test_only_layers_off", None):
+        from .testonly import parse
+
+        try:
+            kwargs["unsafe_test_only_layers_off"] = parse(args.unsafe_test_only_layers_off)
+        except ValueError as exc:
+            raise SystemExit(f"--unsafe-test-only-layers-off: {exc}") from None
     pools = {}
     for item in getattr(args, "pool_image", None) or []:
         name, _, count = item.partition("=")
@@ -211,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start draining: no new sandboxes (undo with POST /v1/node/drain {\"draining\": false})")
     serve.add_argument("--delete-on-shutdown", action="store_true")
     serve.add_argument("--no-seccomp", action="store_true", help=argparse.SUPPRESS)
+    serve.add_argument("--unsafe-test-only-layers-off", metavar="LAYER,...", help=argparse.SUPPRESS)
     serve.add_argument("--allow-missing-protections", action="store_true",
                        help="start even when `doctor` reports a protection missing (weaker isolation!)")
     serve.set_defaults(func=cmd_serve)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 
-from traitlets import Bool, Dict, Float, Int, TraitError, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 from .paths import default_state_dir
@@ -66,6 +66,10 @@ class ServiceConfig(Configurable):
     seccomp = Bool(True).tag(config=True)
     allow_missing_protections = Bool(False, help="Start even when a protection is missing.").tag(config=True)
     delete_on_shutdown = Bool(False, help="Delete every sandbox when the server stops.").tag(config=True)
+    unsafe_test_only_layers_off = List(Unicode(), help=(
+        "FOR TESTS ONLY: isolation layers to set aside (network, pid, sandboxes_dir), so that a test can "
+        "prove another layer on its own. Honoured only when SANDBOX_KERNEL_UNSAFE_TEST_ONLY_LAYERS_OFF "
+        "names the same layers; serve refuses to start otherwise (see sandbox/testonly.py).")).tag(config=True)
 
     node_id = Unicode("", help="This node's name in a cluster (e.g. the Kubernetes node name): it is put in every "
                       "sandbox id, so that a gateway routes each call to the node that holds the sandbox.").tag(config=True)

@@ -73,6 +73,10 @@ def report(config=None) -> list[dict]:
 
     ok, why = disk.available()
     add("workspace size", IN_FORCE if ok else WEAKER, why if ok else f"not capped: {why}")
+    from . import testonly
+
+    for name, detail, lacking in testonly.doctor_items(config):
+        add(name, MISSING if lacking else WEAKER, detail)
     return items
 
 

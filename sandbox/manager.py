@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from . import capacity, statefile
+from . import capacity, statefile, testonly
 from .config import ServiceConfig
 from .errors import ApiError
 from .ids import new_sandbox_id
@@ -579,6 +579,7 @@ class SandboxManager:
             "pooled": pooled, "metadata": metadata or {}, "runtime_dir": self.runtime_dir,
             "workspace": workspace, "seccomp": self.config.seccomp, "use_cgroups": self.root,
             "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path, "bwrap_version": self.bwrap_version,
+            "unsafe_test_only_layers_off": testonly.honoured(self.config),
         }
         statefile.write_json(os.path.join(d, "spec.json"), spec)
         # Until the supervisor reports, a pool sandbox must already look pooled (hidden from

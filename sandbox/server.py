@@ -16,7 +16,7 @@ import sys
 
 import uvicorn
 
-from . import doctor, statefile
+from . import doctor, statefile, testonly
 from .api import build_app
 from .config import ServiceConfig
 from .manager import SandboxManager
@@ -71,6 +71,10 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     conflicts = config.defaults_over_maxima()
     if conflicts:
         out("refusing to start: a default limit is over its maximum: " + "; ".join(conflicts))
+        return 2
+    refusal = testonly.refusal(config)
+    if refusal:
+        out(refusal)
         return 2
     items = doctor.report(config)
     missing = doctor.missing(items)

@@ -27,7 +27,7 @@ import time
 import traceback
 from datetime import datetime, timezone
 
-from . import statefile
+from . import statefile, testonly
 from .isolation import bwrap, cgroups, disk
 from .runtime import vocabulary as V
 from .runtime.protocol import ProtocolError, read_frame, write_frame
@@ -218,6 +218,7 @@ class Supervisor:
             "user_namespace": True,
             "disk": disk_mode,
         }
+        self.state["isolation"].update(testonly.isolation_notes(spec))
 
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         keep = [child_sock.fileno()]

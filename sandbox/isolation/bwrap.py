@@ -21,6 +21,8 @@ import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .. import testonly
+
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 RUNTIME_MOUNT = "/opt/sandbox-kernel"
@@ -181,6 +183,7 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         argv += ["--setenv", key, value]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
+    argv = testonly.set_aside(argv, spec)  # nothing set aside but in a test-only configuration
     return argv, [os.path.join(image["venv"], "bin", "python"), "-m", "sandbox_runtime", str(channel_fd)]
 
 
