@@ -8,6 +8,7 @@ state directory (and its image) between runs (tests/support.py lists the others)
 from __future__ import annotations
 
 import pathlib
+import shutil
 import sys
 import typing as t
 
@@ -31,6 +32,39 @@ def sandbox_server() -> t.Iterator[support.Server]:
         pytest.fail(str(exc), pytrace=False)
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def image_source(sandbox_server: support.Server) -> t.Iterator[pathlib.Path]:
+    """A state directory with a built default image, for servers of a test's own
+    (`support.own_server`): the session server's, else one built here."""
+    if support.has_default_image(sandbox_server.state_dir):
+        yield sandbox_server.state_dir
+        return
+    state = support.make_state_dir("sk-images-")
+    try:
+        support.build_default_image(state)
+        yield state
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture
+def spawn_server(image_source: pathlib.Path) -> t.Iterator[t.Callable[..., support.Server]]:
+    """spawn_server(*serve_args, extra_env=None) -> a started server of the test's own (to
+    kill, stop or weaken) on a fresh state directory; all it and its sandboxes left is
+    removed afterwards."""
+    made: list[support.Server] = []
+
+    def spawn(*args: str, extra_env: dict[str, str] | None = None) -> support.Server:
+        server = support.own_server(image_source, *args, extra_env=extra_env)
+        made.append(server)
+        server.start()
+        return server
+
+    yield spawn
+    for server in made:
+        server.close()
 
 
 @pytest.fixture
