@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import signal
 import threading
 import time
 import typing as t
@@ -215,6 +216,63 @@ def test_interrupt_stops_the_cell_and_keeps_state(kernel):
     assert reply["content"]["ename"] == "KeyboardInterrupt"
     assert elapsed < 2.0, f"interrupt took {elapsed:.1f} s"
     assert run_cell(kc, "x").result_text() == "1"
+
+
+def wait_for_display(kc: t.Any, msg_id: str, timeout: float = 60) -> dict[str, t.Any]:
+    """The first display_data of a request (the kernel's own progress displays)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "display_data":
+            return msg["content"]
+    raise AssertionError(f"no display within {timeout} s")
+
+
+def shell_reply(kc: t.Any, msg_id: str, timeout: float) -> dict[str, t.Any] | None:
+    """The request's reply, or None if none came within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        except Empty:
+            return None
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg["content"]
+    return None
+
+
+def test_interrupt_while_the_cell_waits_for_the_server_gives_keyboardinterrupt(start_kernel, spawn_server, tmp_path):
+    """While a cell waits for its sandbox to be created, or for an upload, no code runs
+    in a sandbox, so there is nothing to interrupt there: the kernel cancels its own part
+    of the cell (the fallback cancel). The server is stopped (SIGSTOP) so that the cell
+    really waits; the KeyboardInterrupt must come while it still is, and the kernel must
+    work as usual once the server goes on."""
+    server = spawn_server()
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(1 << 20) * 64)
+
+    def interrupted_while_stopped(km: t.Any, kc: t.Any, code: str) -> None:
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            msg_id = kc.execute(code, stop_on_error=False)
+            # a progress display: the cell is waiting (for the sandbox, for the upload)
+            wait_for_display(kc, msg_id)
+            km.interrupt_kernel()
+            reply = shell_reply(kc, msg_id, timeout=30)
+            assert reply is not None, "no reply to the interrupted cell while the server was stopped"
+            assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+
+    km, kc = start_kernel(cwd=tmp_path, **server.env)
+    interrupted_while_stopped(km, kc, "x = 41")  # the sandbox is still being created
+    assert run_cell(kc, "x = 41\nx + 1", timeout=120).result_text() == "42"
+    interrupted_while_stopped(km, kc, "%push big.bin")  # the upload is under way
+    run = run_cell(kc, "import os\nx, os.path.exists('big.bin')", timeout=60)
+    assert run.status == "ok" and run.result_text() == "(41, False)", (run.errors, run.result_text())
 
 
 # --------------------------------------------------------------------------- lifecycle

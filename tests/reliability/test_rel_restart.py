@@ -167,3 +167,65 @@ def test_a_supervisor_whose_directory_was_removed_still_ends_its_sandbox_on_sigt
     assert support.wait_for(lambda: not support.pid_alive(pid), 15), f"supervisor {pid} ignored SIGTERM"
     assert support.wait_for(lambda: not any(support.pid_alive(p) for p in processes), 10), \
         {p: support.command(p) for p in processes if support.pid_alive(p)}
+
+
+def test_a_sandbox_that_outlives_its_channel_still_ends_with_its_supervisor(spawn_server):
+    """bwrap's --die-with-parent, on its own. The runtime ends itself when its channel to the
+    supervisor closes, but the runtime is the sandbox's own code, which a cell can change:
+    here the cell makes it ignore the end of its channel. With the server killed first,
+    no reaper is left to kill the sandbox's cgroup after its supervisor, so only
+    --die-with-parent (the supervisor's death kills bwrap, and bwrap's pid 1 takes the
+    sandbox's pid namespace with it) can end these processes."""
+    server = spawn_server()
+    with server.client() as c:
+        sid = support.create(c)["id"]
+        support.ok(support.execute(c, sid, "\n".join([
+            "import os, subprocess, threading",
+            "os._exit = lambda status: threading.Event().wait()  # the runtime's exit on a closed channel",
+            "keeper = subprocess.Popen(['sleep', '7373'])",
+        ])))
+    pid = support.supervisor_pid(server, sid)
+    directory = support.sandbox_dir(server, sid)
+    processes = support.processes_of(directory, [sid])
+    assert any(support.is_runtime(cmd) for cmd in processes.values()), processes
+    assert any(cmd == "sleep 7373" for cmd in processes.values()), processes
+    server.kill9()
+    os.kill(pid, signal.SIGKILL)
+    assert support.wait_for(lambda: not support.pid_alive(pid), 10)
+    assert support.wait_for(lambda: not support.processes_of(directory, [sid]), 15), \
+        f"not within 15 s: the sandbox's processes to end with their supervisor: {support.processes_of(directory, [sid])}"
+
+
+def pooled_ids(server: support.Server) -> list[str]:
+    """The sandboxes whose supervisors recorded them as waiting in the pool."""
+    found = []
+    for sid in support.sandbox_ids(server.state_dir):
+        try:
+            if support.read_state(server, sid).get("state") == "pooled":
+                found.append(sid)
+        except (OSError, ValueError):
+            pass  # no state.json yet
+    return found
+
+
+def test_a_restarted_server_claims_the_pooled_sandbox_it_readopted(spawn_server):
+    """Warm sandboxes outlive a server like claimed ones do: the next server must put them
+    back in its pool, so the first create after a restart is a claim, not a boot (and the
+    old warm sandbox is not left running unused until its idle time ends)."""
+    server = spawn_server("--pool-size", "1")
+
+    def pool_ready() -> list[str] | None:
+        with server.client() as c:
+            ready = c.get("/v1/info").json()["pool"].get("default", {}).get("ready")
+        ids = pooled_ids(server)
+        return ids if ready == 1 and len(ids) == 1 else None
+
+    warm = support.wait_for(pool_ready, 120, interval=0.25)
+    assert warm, "not within 120 s: one warm sandbox in the pool"
+    server.kill9()
+    server.start()
+    with server.client() as c:
+        created = support.create(c)
+        assert created["from_pool"] is True, created
+        assert created["id"] == warm[0], (created["id"], warm)
+        assert support.result_text(support.ok(support.execute(c, created["id"], "6 * 7"))) == "42"

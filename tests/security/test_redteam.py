@@ -5,6 +5,16 @@ Every probe has a positive control (the same action succeeding on the host, or i
 of a server started with seccomp off), so a missing binary or a broken probe cannot pass as
 "blocked"; the blocked side asserts the exact failure. `pytest -s` prints one line per probe.
 
+This suite stays in CI (README's test command runs it; it needs root). Until the layer tests
+existed, it was the only one to catch removing the network namespace, not applying seccomp
+at all, or disabling the runtime's output cap: in the service tests seccomp hides a missing
+namespace (every non-unix socket is refused anyway), the namespace hides a missing seccomp
+(nothing to connect to), and the supervisor's budget backs the output cap. Here the exact
+errno of each probe and the seccomp-off control tell the layers apart.
+tests/service/test_svc_layers.py now also proves each layer on its own, with the other set
+aside through the test-only switches (sandbox/testonly.py), and scripts/mutation_check.py
+checks that removing any one protection fails a test.
+
 Probes:
  1. Host environment and secrets: a server of this module's own, with a canary in its
     environment and in files (its state dir, /root, /tmp) and a token: neither appears in the

@@ -19,10 +19,18 @@ import types
 import httpx
 import pytest
 
-from support import Server, make_state_dir, ok
+from support import Server, descendants, make_state_dir, ok
 from svc_support import last_json_line
 
 CANARY_NAME = "SANDBOX_CANARY_SECRET"
+
+
+def environ_of(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +90,10 @@ def test_server_environment_is_not_visible_inside(canary_server):
                     if line:
                         events.append(json.loads(line))
             probe = last_json_line(ok(events))
+            # Host side: the sandbox's supervisor and everything under it, whose environments
+            # the sandbox cannot read, hold no canary either (each is one filter deep).
+            supervisor = json.loads((canary_server.state_dir / "sandboxes" / sid / "state.json").read_text())["supervisor_pid"]
+            host_side = {pid: environ_of(pid) for pid in descendants(supervisor) | {supervisor}}
         finally:
             client.delete(f"/v1/sandboxes/{sid}")
 
@@ -94,5 +106,9 @@ def test_server_environment_is_not_visible_inside(canary_server):
         assert canary not in text and CANARY_NAME not in text, pid
         assert token not in text, pid
     assert token not in repr(probe["environ"].values())
+    assert len(host_side) >= 3 and b"PATH=" in host_side[supervisor], host_side  # supervisor, bwrap, runtime
+    for pid, environ in host_side.items():
+        assert canary.encode() not in environ and CANARY_NAME.encode() not in environ, (pid, environ)
+        assert token.encode() not in environ, pid
     # control for the probe itself: it did read a real environment (its own)
     assert "PATH=" in probe["procs"]["self"] and probe["environ"]["HOME"] == "/tmp"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from support import (
@@ -63,6 +63,26 @@ def test_ttl_slides_on_execute_and_renew_then_expires(api, new_sandbox, run):
     assert datetime.now(after_renew.tzinfo) >= after_renew
     assert api_error(api.post(f"/v1/sandboxes/{sid}/execute", json={"code": "x"}), 410)["code"] == "gone"
     assert api_error(api.post(f"/v1/sandboxes/{sid}/renew"), 410)["code"] == "gone"
+
+
+def test_a_cell_longer_than_the_ttl_leaves_the_sandbox_alive(api, new_sandbox, run):
+    """The TTL counts idle time: an execute renews it when it starts *and when it ends*.
+    With the start's renewal alone, a cell longer than the TTL would end with its sandbox
+    already past its expiry, and the reaper would end it right after."""
+    ttl, cell_seconds = 2, 4
+    sid = new_sandbox(ttl_seconds=ttl)["id"]
+    sent = datetime.now().astimezone()
+    events = ok(run(sid, f"import time\ntime.sleep({cell_seconds})\n'slept'"))
+    received = datetime.now().astimezone()
+    expires = ts(events[-1]["expires_at"])
+    # About the end of the cell plus the TTL: the cell ended after `cell_seconds`, so no
+    # earlier than that plus the TTL; and not after the answer came plus the TTL.
+    assert expires >= sent + timedelta(seconds=cell_seconds + ttl), (sent, expires)
+    assert expires <= received + timedelta(seconds=ttl + 1), (received, expires)
+    assert expires > received, "the cell ended with its sandbox already expired"
+    body = api.get(f"/v1/sandboxes/{sid}").json()
+    assert body["state"] == "running" and ts(body["expires_at"]) == expires, body
+    assert result_text(ok(run(sid, "time.sleep(0) or 'still here'"))) == "'still here'"
 
 
 def test_renew_with_a_new_ttl(api, new_sandbox):
