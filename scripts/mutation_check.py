@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Mutation check: every protection has a test that fails without it.
+
+Each mutation below removes one protection with a minimal edit, described as (file, exact
+old text, new text). The script copies the repository to a scratch directory, checks
+that the unmutated tests pass there (the baseline), then for each mutation applies it,
+runs the tests that must catch it (by node id) and puts the file back. A mutation is
+*killed* when one of its tests fails, *survived* when they all pass. Exit status: 0 when
+every mutation was killed; 1 when one survived or could not be judged (its tests were
+skipped or errored); 2 when a mutation no longer applies (the old text is gone or no
+longer unique: a refactor moved it, so update the list rather than pass silently) or the
+baseline fails.
+
+    .venv/bin/python scripts/mutation_check.py            # all, ~15 min on 2 cores
+    .venv/bin/python scripts/mutation_check.py --check    # do they all still apply? (instant)
+    .venv/bin/python scripts/mutation_check.py -k uid     # the mutations whose name has "uid"
+
+Run as root (several protections exist only for a root server: per-sandbox uids,
+cgroups). Set SANDBOX_KERNEL_TEST_STATE_DIR to reuse a state directory with a built
+image; otherwise one is made (and its image built once) for the run. Not part of every CI
+run because of its length; tests/test_mutation_list.py checks on every run that each
+mutation still applies and names tests that exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Edit:
+    path: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    removes: str  # the protection, in a few words
+    edits: tuple[Edit, ...]
+    tests: tuple[str, ...]  # node ids, any of which must fail
+
+
+def mutation(name: str, removes: str, path: str, old: str, new: str, *tests: str) -> Mutation:
+    return Mutation(name, removes, (Edit(path, old, new),), tests)
+
+
+SVC = "tests/service/"
+REL = "tests/reliability/"
+LAYERS = SVC + "test_svc_layers.py::"
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # ---- the ten the suite caught from the start
+    mutation("airlock-dotdot", "the airlock's refusal of '..' in paths",
+             "sandbox/files.py", 'if part in (".", ".."):', 'if part in (".",):',
+             SVC + "test_svc_files.py::test_lexically_bad_paths_are_refused"),
+    mutation("seccomp-ptrace", "seccomp's rule against ptrace",
+             "sandbox/isolation/seccomp.py", '    "ptrace",\n', "",
+             "tests/security/test_redteam.py::test_p12_ptrace_and_process_vm"),
+    mutation("seccomp-socket-families", "seccomp's rule against every socket family but AF_UNIX",
+             "sandbox/isolation/seccomp.py",
+             "flt.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), name, sc.Arg(0, sc.NE, _AF_UNIX))", "pass",
+             LAYERS + "test_seccomp_alone_keeps_a_sandbox_off_the_network"),
+    mutation("environment-leak", "the supervisor's clean environment (the server's is not passed on)",
+             "sandbox/manager.py",
+             'env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}',
+             "env = dict(os.environ)",
+             SVC + "test_svc_canary.py::test_server_environment_is_not_visible_inside"),
+    mutation("ttl-renew", "renew's sliding of the TTL",
+             "sandbox/supervisor.py",
+             '            self.state["ttl_seconds"] = int(request["ttl_seconds"])\n        self.touch()\n',
+             '            self.state["ttl_seconds"] = int(request["ttl_seconds"])\n',
+             SVC + "test_svc_lifecycle.py::test_ttl_slides_on_execute_and_renew_then_expires"),
+    mutation("lifetime-cap", "the absolute lifetime cap on renewals",
+             "sandbox/supervisor.py",
+             'min(now + self.state["ttl_seconds"], self.state["max_expires_at"])',
+             'now + self.state["ttl_seconds"]',
+             SVC + "test_svc_lifecycle.py::test_max_lifetime_caps_renewals"),
+    mutation("error-status", "status 'error' for a cell that raised",
+             "sandbox/runtime/runtime.py", "            if not result.success:\n                status = \"error\"\n",
+             "            pass\n",
+             SVC + "test_svc_execute.py::test_errors_are_one_error_event"),
+    mutation("interrupt", "the runtime's SIGINT to a running cell",
+             "sandbox/runtime/runtime.py", "signal.pthread_kill(self.main_thread, signal.SIGINT)", "pass",
+             SVC + "test_svc_execute.py::test_interrupt_stops_the_cell_and_keeps_state"),
+    mutation("readoption", "re-attaching to live sandboxes after a server restart",
+             "sandbox/manager.py",
+             '                handle.state = reply["state"]\n                self.live[sandbox_id] = handle\n',
+             '                handle.state = reply["state"]\n',
+             REL + "test_rel_restart.py::test_sandboxes_survive_server_kill9_and_a_dead_supervisor_is_reported_lost"),
+    mutation("token", "the bearer token check",
+             "sandbox/api.py", "if not hmac.compare_digest(given, self.expected):", "if False:",
+             SVC + "test_svc_api.py::test_token_is_required"),
+    # ---- the ones no test caught (issue 22), and the layers each proved on its own
+    mutation("ttl-renewal-at-end", "the TTL's renewal when an execute ends",
+             "sandbox/supervisor.py",
+             '                self.state["execution_count"] = done["execution_count"]\n            self.touch()\n',
+             '                self.state["execution_count"] = done["execution_count"]\n',
+             SVC + "test_svc_lifecycle.py::test_a_cell_longer_than_the_ttl_leaves_the_sandbox_alive"),
+    mutation("die-with-parent", "bwrap's --die-with-parent",
+             "sandbox/isolation/bwrap.py", '        "--die-with-parent",\n', "",
+             REL + "test_rel_restart.py::test_a_sandbox_that_outlives_its_channel_still_ends_with_its_supervisor"),
+    mutation("distinct-host-uids", "a host uid of each sandbox's own",
+             "sandbox/manager.py", "            if uid not in used:\n                return uid\n",
+             "            if uid not in used:\n                return self.config.uid_base\n",
+             LAYERS + "test_distinct_host_uids_alone_keep_sandboxes_apart"),
+    mutation("kernel-fallback-cancel", "the kernel's cancel of a cell waiting for the server",
+             "kernel/lifecycle.py", "        cell.loop.call_soon_threadsafe(cell.task.cancel)\n", "",
+             "tests/kernel/test_kernel.py::test_interrupt_while_the_cell_waits_for_the_server_gives_keyboardinterrupt"),
+    mutation("pool-readoption", "putting re-adopted warm sandboxes back in the pool",
+             "sandbox/manager.py",
+             "                    self.pool.setdefault(handle.image, deque()).append(sandbox_id)\n",
+             "                    pass\n",
+             REL + "test_rel_restart.py::test_a_restarted_server_claims_the_pooled_sandbox_it_readopted"),
+    mutation("network-namespace", "the sandbox's own network namespace",
+             "sandbox/isolation/bwrap.py", '"--unshare-pid", "--unshare-net", ', '"--unshare-pid", ',
+             LAYERS + "test_the_network_namespace_alone_keeps_a_sandbox_off_the_network"),
+    mutation("seccomp-applied", "handing the seccomp filter to bwrap at all",
+             "sandbox/isolation/bwrap.py", '        argv += ["--seccomp", str(seccomp_fd)]\n', "        pass\n",
+             LAYERS + "test_seccomp_alone_keeps_a_sandbox_off_the_network"),
+    mutation("runtime-output-cap", "the runtime's output cap per execute",
+             "sandbox/runtime/capture.py", "allowed = max(0, min(n, self.limit - self.used))", "allowed = n",
+             LAYERS + "test_the_runtime_output_cap_alone_cuts_a_flood"),
+)
+
+
+# ----------------------------------------------------------------------- checking
+
+
+def problems(m: Mutation, root: pathlib.Path = REPO) -> list[str]:
+    """Why a mutation cannot be applied to the code under ``root`` as described, or why
+    its tests cannot be found; empty when all is well."""
+    found = []
+    for edit in m.edits:
+        path = root / edit.path
+        if not path.is_file():
+            found.append(f"{edit.path} does not exist")
+            continue
+        count = path.read_text().count(edit.old)
+        if count != 1:
+            found.append(f"mutation no longer applies: {edit.path} holds the old text {count} times "
+                         f"(expected once): {edit.old.strip()[:80]!r}")
+    for node in m.tests:
+        file, _, name = node.partition("::")
+        test_file = root / file
+        if not test_file.is_file():
+            found.append(f"test file {file} does not exist")
+        elif f"def {name.split('[')[0]}(" not in test_file.read_text():
+            found.append(f"no test {name} in {file}")
+    return found
+
+
+def apply(m: Mutation, root: pathlib.Path) -> dict[pathlib.Path, str]:
+    """Apply a mutation under ``root``; returns the files' original texts."""
+    originals: dict[pathlib.Path, str] = {}
+    for edit in m.edits:
+        path = root / edit.path
+        text = originals.setdefault(path, path.read_text())
+        path.write_text(path.read_text().replace(edit.old, edit.new, 1))
+        assert text != path.read_text()
+    return originals
+
+
+def restore(originals: dict[pathlib.Path, str]) -> None:
+    for path, text in originals.items():
+        path.write_text(text)
+
+
+def scratch_copy(dest: pathlib.Path) -> pathlib.Path:
+    """The working tree's files (tracked and new, not ignored) copied to ``dest``."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout.split(b"\0")
+    for name in filter(None, (n.decode() for n in listed)):
+        source = REPO / name
+        if source.is_file():
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return dest
+
+
+@dataclass
+class Outcome:
+    verdict: str  # killed | survived | skipped | error
+    detail: str
+    seconds: float
+
+
+def run_tests(root: pathlib.Path, tests: tuple[str, ...], env: dict[str, str], timeout: float) -> Outcome:
+    report = root / "mutation-junit.xml"
+    began = time.monotonic()
+    argv = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
+            f"--junitxml={report}", *tests]
+    try:
+        r = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Outcome("error", f"tests ran past {timeout:.0f} s", time.monotonic() - began)
+    seconds = time.monotonic() - began
+    tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:])
+    if not report.exists():
+        return Outcome("error", f"pytest exit {r.returncode}, no report:\n{tail}", seconds)
+    results = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        kind = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+        message = next((child.get("message", "") for child in case if child.tag == kind), "")
+        results.append((f"{case.get('classname')}.{case.get('name')}", kind, message))
+    report.unlink()
+    failed = [(n, m) for n, k, m in results if k in ("failure", "error")]
+    if failed:
+        name, message = failed[0]
+        summary = " ".join(message.split())[:300]
+        return Outcome("killed", f"{name.rsplit('.', 1)[-1]}: {summary}", seconds)
+    skipped = [(n, m) for n, k, m in results if k == "skipped"]
+    if skipped or not results:
+        return Outcome("skipped", skipped[0][1][:200] if skipped else f"no test ran:\n{tail}", seconds)
+    if r.returncode != 0:
+        return Outcome("error", f"pytest exit {r.returncode}:\n{tail}", seconds)
+    return Outcome("survived", f"{len(results)} test(s) passed", seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only check that every mutation still applies")
+    parser.add_argument("--list", action="store_true", help="list the mutations and their tests")
+    parser.add_argument("-k", dest="keyword", help="only the mutations whose name contains this")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the run of the unmutated tests")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds one mutation's tests may take")
+    args = parser.parse_args(argv)
+
+    chosen = [m for m in MUTATIONS if not args.keyword or args.keyword in m.name]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:<24} removes {m.removes}\n{'':<24} caught by {', '.join(m.tests)}")
+        return 0
+    broken = {m.name: problems(m) for m in chosen}
+    for name, found in broken.items():
+        for problem in found:
+            print(f"BROKEN   {name}: {problem}")
+    if any(broken.values()):
+        return 2
+    if args.check:
+        print(f"all {len(chosen)} mutations apply to the current code")
+        return 0
+    if os.geteuid() != 0:
+        print("note: not root, so the mutations of root-only protections will be reported as skipped")
+
+    began = time.monotonic()
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="sbk-mutation-", dir="/tmp"))
+    scratch.chmod(0o711)
+    made_state = not os.environ.get("SANDBOX_KERNEL_TEST_STATE_DIR")
+    state = pathlib.Path(os.environ.get("SANDBOX_KERNEL_TEST_STATE_DIR") or tempfile.mkdtemp(prefix="sbk-mutation-state-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_KERNEL_TEST_URL", "SANDBOX_KERNEL_TEST_TOKEN")}
+    env.update(PYTHONPATH=str(scratch / "code"), SANDBOX_KERNEL_TEST_STATE_DIR=str(state), PYTHONDONTWRITEBYTECODE="1")
+    outcomes: dict[str, Outcome] = {}
+    try:
+        code = scratch_copy(scratch / "code")
+        print(f"scratch copy in {code}; test state in {state}", flush=True)
+        imported = subprocess.run([sys.executable, "-c", "import sandbox, kernel; print(sandbox.__file__, kernel.__file__)"],
+                                  cwd=code, env=env, capture_output=True, text=True).stdout.split()
+        if len(imported) != 2 or not all(path.startswith(str(code)) for path in imported):
+            print(f"the scratch copy's code is not what its tests would import: {imported}")
+            return 2
+        if not args.no_baseline:
+            tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+            base = run_tests(code, tests, env, args.timeout * 2)
+            print(f"baseline ({len(tests)} tests, unmutated): {base.verdict} in {base.seconds:.0f} s", flush=True)
+            if base.verdict in ("killed", "error"):
+                print(f"the unmutated tests fail, so no mutation can be judged:\n{base.detail}")
+                return 2
+        for m in chosen:
+            originals = apply(m, code)
+            try:
+                outcome = run_tests(code, m.tests, env, args.timeout)
+            finally:
+                restore(originals)
+            outcomes[m.name] = outcome
+            print(f"{outcome.verdict.upper():<9}{m.name:<24}{outcome.seconds:>5.0f} s  {outcome.detail.splitlines()[0] if outcome.detail else ''}",
+                  flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if made_state:
+            shutil.rmtree(state, ignore_errors=True)
+    counts = {v: sum(1 for o in outcomes.values() if o.verdict == v) for v in ("killed", "survived", "skipped", "error")}
+    print(f"\n{len(outcomes)} mutations: {counts['killed']} killed, {counts['survived']} survived, "
+          f"{counts['skipped']} skipped, {counts['error']} errors; {time.monotonic() - began:.0f} s in all")
+    for name, outcome in outcomes.items():
+        if outcome.verdict != "killed":
+            print(f"  {outcome.verdict}: {name}: {outcome.detail}")
+    return 0 if counts["killed"] == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
