@@ -18,7 +18,7 @@ baseline fails.
 Run as root (several protections exist only for a root server: per-sandbox uids,
 cgroups). Set SANDBOX_KERNEL_TEST_STATE_DIR to reuse a state directory with a built
 image; otherwise one is made (and its image built once) for the run. Not part of every CI
-run because of its length; tests/test_mutation_list.py checks on every run that each
+run because of its length; tests/unit/test_mutation_list.py checks on every run that each
 mutation still applies and names tests that exist.
 """
 
@@ -64,7 +64,7 @@ LAYERS = SVC + "test_svc_layers.py::"
 MUTATIONS: tuple[Mutation, ...] = (
     # ---- the ten the suite caught from the start
     mutation("airlock-dotdot", "the airlock's refusal of '..' in paths",
-             "sandbox/files.py", 'if part in (".", ".."):', 'if part in (".",):',
+             "sandbox/files.py", 'if part in (b".", b".."):', 'if part in (b".",):',
              SVC + "test_svc_files.py::test_lexically_bad_paths_are_refused"),
     mutation("seccomp-ptrace", "seccomp's rule against ptrace",
              "sandbox/isolation/seccomp.py", '    "ptrace",\n', "",
@@ -89,7 +89,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              'now + self.state["ttl_seconds"]',
              SVC + "test_svc_lifecycle.py::test_max_lifetime_caps_renewals"),
     mutation("error-status", "status 'error' for a cell that raised",
-             "sandbox/runtime/runtime.py", "            if not result.success:\n                status = \"error\"\n",
+             "sandbox/runtime/runtime.py", "            if not result.success:\n                status = V.ERROR\n",
              "            pass\n",
              SVC + "test_svc_execute.py::test_errors_are_one_error_event"),
     mutation("interrupt", "the runtime's SIGINT to a running cell",

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "mutation_check.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "mutation_check.py"
 
 
 def load_check():
