@@ -34,7 +34,9 @@ def result_text(events: list[dict]) -> str:
 def tiny_image(sandbox_server):
     import httpx
 
-    with httpx.Client(base_url=sandbox_server.url, headers={"Authorization": f"Bearer {sandbox_server.token}"}) as api:
+    # Removing the image ends its warm sandboxes first: more than httpx's default 5 s on a busy box.
+    with httpx.Client(base_url=sandbox_server.url, headers={"Authorization": f"Bearer {sandbox_server.token}"},
+                      timeout=httpx.Timeout(30, read=120)) as api:
         progress, done = build(api, name="tiny", pip=[PACKAGE], preload=["six"])
         assert done["status"] == "ok", done
         yield done["image"]
