@@ -16,8 +16,9 @@ baseline fails.
     .venv/bin/python scripts/mutation_check.py -k uid     # the mutations whose name has "uid"
 
 Run as root (several protections exist only for a root server: per-sandbox uids,
-cgroups). Set SANDBOX_KERNEL_TEST_STATE_DIR to reuse a state directory with a built
-image; otherwise one is made (and its image built once) for the run. Not part of every CI
+cgroups). Set SANDBOX_KERNEL_TEST_STATE_DIR to a state directory with a built image: the
+run borrows its images in a state directory of its own (otherwise the image is built once
+for the run). Not part of every CI
 run because of its length; tests/unit/test_mutation_list.py checks on every run that each
 mutation still applies and names tests that exist.
 """
@@ -191,6 +192,19 @@ def scratch_copy(dest: pathlib.Path) -> pathlib.Path:
     return dest
 
 
+def borrow_images(source: str | None, state: pathlib.Path) -> None:
+    """A state directory of the run's own, with ``source``'s built images (their
+    image.json only: the venvs stay where they are), so that no image is built and no
+    other test run on ``source`` meets this run's servers: servers re-adopt every
+    sandbox they find in their state directory, mutated or not."""
+    state.chmod(0o711)  # sandbox uids traverse it
+    for info in pathlib.Path(source).glob("images/*/image.json") if source else ():
+        dest = state / "images" / info.parent.name
+        dest.mkdir(mode=0o755, parents=True)
+        (state / "images").chmod(0o755)
+        shutil.copy2(info, dest / "image.json")
+
+
 @dataclass
 class Outcome:
     verdict: str  # killed | survived | skipped | error
@@ -259,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="sbk-mutation-", dir="/tmp"))
     scratch.chmod(0o711)
-    made_state = not os.environ.get("SANDBOX_KERNEL_TEST_STATE_DIR")
-    state = pathlib.Path(os.environ.get("SANDBOX_KERNEL_TEST_STATE_DIR") or tempfile.mkdtemp(prefix="sbk-mutation-state-", dir="/tmp"))
+    state = pathlib.Path(tempfile.mkdtemp(prefix="sbk-mutation-state-", dir="/tmp"))
+    borrow_images(os.environ.get("SANDBOX_KERNEL_TEST_STATE_DIR"), state)
     env = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_KERNEL_TEST_URL", "SANDBOX_KERNEL_TEST_TOKEN")}
     env.update(PYTHONPATH=str(scratch / "code"), SANDBOX_KERNEL_TEST_STATE_DIR=str(state), PYTHONDONTWRITEBYTECODE="1")
     outcomes: dict[str, Outcome] = {}
@@ -290,8 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        if made_state:
-            shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
     counts = {v: sum(1 for o in outcomes.values() if o.verdict == v) for v in ("killed", "survived", "skipped", "error")}
     print(f"\n{len(outcomes)} mutations: {counts['killed']} killed, {counts['survived']} survived, "
           f"{counts['skipped']} skipped, {counts['error']} errors; {time.monotonic() - began:.0f} s in all")
