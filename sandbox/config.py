@@ -36,6 +36,7 @@ class ServiceConfig(Configurable):
     pids = Int(256).tag(config=True)
     disk_mb = Int(1024, help="Cap on /workspace (enforced where a loop-mounted filesystem can be made).").tag(config=True)
     tmp_mb = Int(256, help="Size of the sandbox's /tmp (a tmpfs, counted against its memory).").tag(config=True)
+    shm_mb = Int(64, help="Size of the sandbox's /dev/shm (a tmpfs, counted against its memory).").tag(config=True)
     open_files = Int(1024).tag(config=True)
     output_bytes = Int(10 * MiB, help="Stream output one execute may produce before it is truncated.").tag(config=True)
     execute_timeout_seconds = Int(600, help="Default per-execute wall time.").tag(config=True)
@@ -106,6 +107,7 @@ class ServiceConfig(Configurable):
             "pids": self.pids,
             "disk_mb": self.disk_mb,
             "tmp_mb": self.tmp_mb,
+            "shm_mb": self.shm_mb,
             "open_files": self.open_files,
             "file_mb": max(self.disk_mb, self.file_max_bytes // MiB),
             "output_bytes": self.output_bytes,

@@ -533,7 +533,7 @@ class SandboxManager:
 
     def _pool_compatible(self, limits: dict, handle: Handle) -> bool:
         pooled = handle.state.get("limits", {})
-        fixed = ("disk_mb", "open_files", "tmp_mb", "file_mb", "output_bytes", "timeout_seconds")
+        fixed = ("disk_mb", "open_files", "tmp_mb", "shm_mb", "file_mb", "output_bytes", "timeout_seconds")
         if any(pooled.get(k) != limits.get(k) for k in fixed):
             return False
         iso = handle.state.get("isolation", {})

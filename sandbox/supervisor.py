@@ -239,9 +239,18 @@ class Supervisor:
         passwd, group = bwrap.passwd_files()
         passwd_fd, group_fd = _data_fd(passwd), _data_fd(group)
         keep += [passwd_fd, group_fd]
+        copies = {}
+        for source, dest in bwrap.copied_trees(spec):
+            dirs, files = bwrap.tree_files(source, dest)
+            fds = []
+            for path, target in files:
+                with open(path, "rb") as f:
+                    fds.append((_data_fd(f.read()), target))
+            keep += [fd for fd, _ in fds]
+            copies[dest] = (dirs, fds)
         options, command = bwrap.build_argv(
             spec, bwrap_exe=binary.path, channel_fd=child_sock.fileno(),
-            seccomp_fd=seccomp_fd, passwd_fd=passwd_fd, group_fd=group_fd,
+            seccomp_fd=seccomp_fd, passwd_fd=passwd_fd, group_fd=group_fd, copies=copies,
         )
         # Hand bwrap its arguments through an fd: its pid 1 inside the sandbox shares its
         # command line, and the host paths in it are none of the sandbox's business.

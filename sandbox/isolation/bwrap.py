@@ -118,8 +118,45 @@ def image_binds(image: dict) -> list[tuple[str, str]]:
     return binds
 
 
+COPIED_TREE_BYTES = 8 * 1024 * 1024
+
+
+def copied_trees(spec: dict) -> list[tuple[str, str]]:
+    """(host directory, sandbox directory) of the small read-only trees that are copied into
+    a tmpfs of the sandbox's own rather than bind-mounted: a bind mount names its host
+    source in the sandbox's /proc/self/mountinfo (the state directory's layout)."""
+    trees = [(spec["runtime_dir"], RUNTIME_MOUNT)]
+    if spec["image_info"].get("mplcache"):
+        trees.append((spec["image_info"]["mplcache"], MPLCACHE_MOUNT))
+    return trees
+
+
+def tree_files(source: str, dest: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The directories and (host file, sandbox file) pairs of one copied tree; links and
+    anything but regular files are left out, and a tree over COPIED_TREE_BYTES is refused
+    (these are the runtime's sources and a font cache, not images)."""
+    dirs, files, size = [], [], 0
+    for root, subdirs, names in os.walk(source):
+        subdirs.sort()
+        rel = os.path.relpath(root, source)
+        if rel != ".":
+            dirs.append(os.path.join(dest, rel))
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            size += os.path.getsize(path)
+            files.append((path, os.path.normpath(os.path.join(dest, rel, name))))
+    if size > COPIED_TREE_BYTES:
+        raise RuntimeError(f"{source} holds {size} bytes, too many to copy into a sandbox")
+    return dirs, files
+
+
 def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int | None,
-               passwd_fd: int, group_fd: int) -> tuple[list[str], list[str]]:
+               passwd_fd: int, group_fd: int, copies: dict[str, tuple[list[str], list[tuple[int, str]]]] | None = None,
+               ) -> tuple[list[str], list[str]]:
+    """``copies`` maps each of `copied_trees`' sandbox directories to its subdirectories and
+    (fd holding the content, sandbox file) pairs."""
     """bwrap's options for one sandbox, and the command it runs (see the module docstring)."""
     image = spec["image_info"]
     limits = spec["limits"]
@@ -149,14 +186,26 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         "--perms", "0444", "--ro-bind-data", str(passwd_fd), "/etc/passwd",
         "--perms", "0444", "--ro-bind-data", str(group_fd), "/etc/group",
         "--proc", "/proc",
+        # bwrap's /dev: null, zero, full, random, urandom, tty, pts, the std* and fd links.
+        # It is a tmpfs as large as half the host's memory: read-only, with a small /dev/shm.
         "--dev", "/dev",
+        "--perms", "1777", "--size", str(int(limits.get("shm_mb", 64)) * 1024 * 1024), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
         "--perms", "1777", "--size", str(int(limits["tmp_mb"]) * 1024 * 1024), "--tmpfs", "/tmp",
     ]
     for source, dest in image_binds(image):
         argv += ["--ro-bind", source, dest]
-    argv += ["--ro-bind", spec["runtime_dir"], RUNTIME_MOUNT]
-    if image.get("mplcache"):
-        argv += ["--ro-bind", image["mplcache"], MPLCACHE_MOUNT]
+    for source, dest in copied_trees(spec):
+        if copies is None:  # no fds to copy from: bind (the mount then names its source)
+            argv += ["--ro-bind", source, dest]
+            continue
+        dirs, files = copies[dest]
+        argv += ["--size", str(COPIED_TREE_BYTES), "--tmpfs", dest]
+        for d in dirs:
+            argv += ["--dir", d]
+        for fd, path in files:
+            argv += ["--perms", "0444", "--file", str(fd), path]
+        argv += ["--remount-ro", dest]
     argv += [
         "--bind", spec["workspace"], "/workspace",  # last: nothing may shadow it
         "--remount-ro", "/",

@@ -1,0 +1,146 @@
+"""Red-team probes of what a sandbox's own mount table gives away or lets it spend.
+
+22. /dev is bwrap's minimal device set, read-only (it is a tmpfs as large as half the
+    host's memory), and /dev/shm is a tmpfs of shm_mb: writing past it is ENOSPC.
+23. /proc/self/mountinfo names, for every bind mount, the host path of its source: the
+    runtime and the matplotlib cache are copied into tmpfs mounts of the sandbox's own, so
+    that nothing but the image names the state directory.
+
+Each probe runs the same code on the host as its control, so that a probe that could not
+write or could not parse would not pass as "protected".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import pytest
+
+import support
+
+MARK = "@@MOUNTS@@"
+MINIMAL_DEV = {"console", "core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout",
+               "tty", "urandom", "zero"}
+USUAL_DEVICES = {"null", "zero", "full", "random", "urandom", "tty"}
+
+FILL = '''
+import errno, json, os
+def fill(path, mib):
+    """Write `mib` MiB to `path`; what happened and how many MiB got in. Removed after."""
+    n = 0
+    try:
+        with open(path, "wb") as f:
+            for _ in range(mib):
+                f.write(b"\\1" * (1 << 20))
+                f.flush()
+                n += 1
+        return ["ok", n]
+    except OSError as e:
+        return [type(e).__name__, errno.errorcode.get(e.errno), n]
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+'''
+
+MOUNTS = '''
+def mounts(text):
+    """(root in its filesystem, mount point, filesystem type) of each line of a mountinfo."""
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        fstype = fields[fields.index("-") + 1]
+        out.append((fields[3], fields[4], fstype))
+    return out
+'''
+
+
+def run_json(api, sandbox_id: str, code: str):
+    events = support.execute(api, sandbox_id, code, timeout_seconds=120)
+    out = support.stream_text(events)
+    assert MARK in out, events[-3:]
+    return json.loads(out.split(MARK, 1)[1].splitlines()[0])
+
+
+def test_p22_dev_is_minimal_and_read_only_and_shm_is_capped(api, new_sandbox):
+    sandbox = new_sandbox()
+    shm_mb = sandbox["limits"]["shm_mb"]
+    result = run_json(api, sandbox["id"], FILL + f'''
+st = os.statvfs("/dev/shm")
+with open("/dev/null", "wb") as f:
+    f.write(b"still works")
+print({MARK!r} + json.dumps({{"ls": sorted(os.listdir("/dev")), "dev": fill("/dev/planted", 1),
+                             "shm": fill("/dev/shm/fill", {shm_mb} + 32), "shm_mib": st.f_blocks * st.f_frsize >> 20}}))
+''')
+    assert USUAL_DEVICES <= set(result["ls"]) <= MINIMAL_DEV, result["ls"]
+    assert result["dev"] == ["OSError", "EROFS", 0], result["dev"]
+    assert result["shm_mib"] == shm_mb, result
+    assert result["shm"][:2] == ["OSError", "ENOSPC"] and result["shm"][2] <= shm_mb, result["shm"]
+    # control: the same fill on the host's /dev/shm gets past that size
+    scope: dict = {}
+    exec(FILL, scope)
+    host = scope["fill"](f"/dev/shm/sbk-redteam-{os.getpid()}", shm_mb + 32)
+    assert host == ["ok", shm_mb + 32], host
+    print(f"\nPROBE 22 | /dev, /dev/shm | /dev = {result['ls']} read-only (EROFS), /dev/shm {result['shm_mib']} MiB: "
+          f"ENOSPC after {result['shm'][2]} MiB (host: {host[1]} MiB written)")
+
+
+def _image_mounts(server: support.Server, sandbox: dict) -> set[str]:
+    info = json.loads((server.state_dir / "images" / sandbox["image"] / "image.json").read_text())
+    return {p for p in [info.get("python_copy"), info["venv"], *(info.get("layers") or [])] if p}
+
+
+def _mountinfo(api, sandbox_id: str) -> list[list[str]]:
+    return run_json(api, sandbox_id, MOUNTS + f'''
+import json
+print({MARK!r} + json.dumps(mounts(open("/proc/self/mountinfo").read())))
+''')
+
+
+def _named_sources(entries: list[list[str]]) -> dict[str, str]:
+    """Mount point -> the host path its source names, where that says more than the mount
+    point itself: bwrap's own tmpfs files, device nodes and /usr (seen at /usr) say nothing."""
+    named = {}
+    for root, point, fstype in entries:
+        if root == "/" or root == point or fstype in ("devtmpfs", "proc", "devpts"):
+            continue
+        if root.startswith(("/newroot", "/bindfile", "/usr/")):
+            continue
+        named[point] = root
+    return named
+
+
+def test_p23_mountinfo_names_no_state_layout_but_the_images(sandbox_server, api, new_sandbox):
+    from sandbox.isolation.bwrap import MPLCACHE_MOUNT, RUNTIME_MOUNT
+
+    sandbox = new_sandbox()
+    state = str(sandbox_server.state_dir.resolve())
+    entries = _mountinfo(api, sandbox["id"])
+    by_point = {point: (root, fstype) for root, point, fstype in entries}
+    assert by_point[RUNTIME_MOUNT] == ("/", "tmpfs"), by_point.get(RUNTIME_MOUNT)
+    if MPLCACHE_MOUNT in by_point:
+        assert by_point[MPLCACHE_MOUNT] == ("/", "tmpfs"), by_point[MPLCACHE_MOUNT]
+    images = _image_mounts(sandbox_server, sandbox)
+    naming_state = {point: root for root, point, _ in entries if state in root}
+    assert set(naming_state.values()) <= images, naming_state
+    # control: the parser does see a source that names the state directory when one is
+    # there (the image's interpreter copy, bound from the state directory elsewhere)
+    named = _named_sources(entries)
+    copies = [root for root in named.values() if root.startswith(state)]
+    interpreter = json.loads((sandbox_server.state_dir / "images" / sandbox["image"] / "image.json").read_text())
+    if interpreter.get("python_copy"):
+        assert copies == [interpreter["python_copy"]], named
+    print(f"\nPROBE 23 | mountinfo | runtime and font cache on tmpfs; host sources named: {named}")
+
+
+@pytest.mark.xfail(strict=True, reason="images (venv, interpreter copy) are still bind-mounted from the state "
+                   "directory, at their host paths: relocating them to neutral paths is not done yet")
+def test_p23_mountinfo_names_no_state_path_at_all(sandbox_server, api, new_sandbox):
+    sandbox = new_sandbox()
+    state = str(sandbox_server.state_dir.resolve())
+    entries = _mountinfo(api, sandbox["id"])
+    assert not [e for e in entries if state in e[0] or state in e[1]], entries
+
