@@ -14,7 +14,35 @@ ERROR = {
 }
 SANDBOX_ID = {"name": "sandbox_id", "in": "path", "required": True,
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}
-FILE_PATH = {"name": "path", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 1024}}
+FILE_PATH = {"name": "path", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 16384},
+             "description": "Relative to /workspace, in the escaped spelling GET /files lists: a backslash as \\\\, a byte "
+                            "that is not UTF-8 or a control byte as \\xHH, the rest as UTF-8 text (sandbox/filenames.py)."}
+FILE_LIST = {
+    "type": "object", "required": ["files", "count", "truncated", "limit"],
+    "properties": {
+        "files": {"type": "array", "items": {"type": "object", "required": ["path", "size", "type", "modified"], "properties": {
+            "path": {"type": "string", "description": "Escaped spelling (see the path parameter of the files routes)."},
+            "size": {"type": "integer"}, "type": {"type": "string", "enum": ["file", "directory", "symlink", "other"]},
+            "modified": {"type": "string", "format": "date-time"}}}},
+        "count": {"type": "integer", "description": "Entries in this listing."},
+        "truncated": {"type": "boolean", "description": "True when the walk stopped at `limit` directory entries."},
+        "limit": {"type": "integer"},
+    },
+}
+USAGE = {"type": "object", "properties": {k: {"type": ["number", "null"]} for k in ("total", "used", "free")}
+         | {"enforced": {"type": "boolean"}}}
+INFO = {
+    "type": "object",
+    "properties": {
+        "host": {"type": "object", "description": "Memory (MiB), CPUs and free disk (MiB, less what live workspaces may still grow by)."},
+        "maxima": {"type": "object", "description": "The most one sandbox may ask for here (memory_mb, cpus, pids, disk_mb, "
+                                                    "ttl_seconds, max_lifetime_seconds); more gets 422 limit_exceeded."},
+        "defaults": {"type": "object", "description": "What a create gets for a limit it does not ask for."},
+        "capacity": {"type": "object", "description": "Per resource (memory_mb, cpus, pids, disk_mb, sandboxes): total, used by "
+                                                      "live claimed sandboxes, free; past an enforced total, 409 capacity_exceeded.",
+                     "additionalProperties": USAGE},
+    },
+}
 COMMAND_ID = {"name": "command_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 IMAGE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 
@@ -44,12 +72,14 @@ def openapi_document() -> dict:
     sandbox_ref = {"$ref": "#/components/schemas/Sandbox"}
     paths = {
         "/v1/health": {"get": _op("Liveness (no token needed)", errors=())},
-        "/v1/info": {"get": _op("Version, protections in force, warm pool, node id, draining, capacity", errors=(401,))},
+        "/v1/info": {"get": _op("Version, protections in force, warm pool, node id, draining, limits and free capacity", errors=(401,),
+                                ok_schema=INFO)},
         "/v1/node/drain": {"post": _op("Drain this node (no new sandboxes; existing ones run out), or undo it",
                                        body=_json_body(schemas.DRAIN), errors=(400, 401, 413, 422))},
         "/v1/sandboxes": {
-            "post": _op("Create (or claim from the warm pool) a sandbox", ok="201", body=_json_body(schemas.CREATE),
-                        errors=(400, 401, 404, 413, 422, 503), ok_schema=sandbox_ref),
+            "post": _op("Create (or claim from the warm pool) a sandbox; limits over the per-sandbox maxima get 422 "
+                        "limit_exceeded, past the server's totals 409 capacity_exceeded", ok="201", body=_json_body(schemas.CREATE),
+                        errors=(400, 401, 404, 409, 413, 422, 503), ok_schema=sandbox_ref),
             "get": _op("List live sandboxes", errors=(401,)),
         },
         "/v1/sandboxes/{sandbox_id}": {
@@ -74,13 +104,14 @@ def openapi_document() -> dict:
         "/v1/sandboxes/{sandbox_id}/complete": {"post": _op("Completions at a cursor", params=sid, body=_json_body(schemas.COMPLETE), errors=(400, 401, 404, 410, 413, 422))},
         "/v1/sandboxes/{sandbox_id}/inspect": {"post": _op("Object inspection at a cursor", params=sid, body=_json_body(schemas.INSPECT), errors=(400, 401, 404, 410, 413, 422))},
         "/v1/sandboxes/{sandbox_id}/is_complete": {"post": _op("Whether code is a complete statement", params=sid, body=_json_body(schemas.IS_COMPLETE), errors=(400, 401, 404, 410, 413, 422))},
-        "/v1/sandboxes/{sandbox_id}/files": {"get": _op("List /workspace (recursive)", params=sid)},
+        "/v1/sandboxes/{sandbox_id}/files": {"get": _op("List /workspace (recursive, capped at files_list_max entries)",
+                                                        params=sid, ok_schema=FILE_LIST)},
         "/v1/sandboxes/{sandbox_id}/files/{path}": {
             "put": _op("Upload a file (streamed raw body)", ok="201", params=[SANDBOX_ID, FILE_PATH],
                        body={"required": False, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
                        errors=(400, 401, 404, 410, 413, 507)),
             "get": _op("Download a file (streamed)", params=[SANDBOX_ID, FILE_PATH], content="application/octet-stream", errors=(400, 401, 404, 410)),
-            "delete": _op("Delete a file or directory", params=[SANDBOX_ID, FILE_PATH], errors=(400, 401, 404, 410)),
+            "delete": _op("Delete a file or directory", params=[SANDBOX_ID, FILE_PATH], errors=(400, 401, 404, 409, 410)),
         },
         "/v1/images": {
             "get": _op("List images", errors=(401,)),
