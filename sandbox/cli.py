@@ -1,4 +1,4 @@
-"""``sandbox-kernel``: serve | gateway | doctor | image build/ls/rm | install | ls | rm | lab."""
+"""``sandbox-kernel``: serve | gateway | doctor | image build/ls/rm | install | ls | rm | mcp | lab."""
 
 from __future__ import annotations
 
@@ -179,6 +179,15 @@ def cmd_rm(args) -> int:
     return 0
 
 
+def cmd_mcp(args) -> int:
+    try:
+        from .agents import mcp_server
+    except ImportError as exc:
+        print(f"error: the MCP server needs the mcp extra: pip install 'sandbox-kernel[mcp]' ({exc})", file=sys.stderr)
+        return 1
+    return mcp_server.main(args.transport, args.host, args.port, args.url, args.token, args.image, args.ttl_seconds)
+
+
 def cmd_lab(args) -> int:
     """Install the kernelspec into this environment and start JupyterLab with it."""
     from kernel.install import install_kernelspec
@@ -246,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     image = sub.add_parser("image", help="build, list and remove images")
     isub = image.add_subparsers(dest="image_command", required=True)
-    build = isub.add_parser("build", help="build the default image, or a named one with extra packages")
+    build = isub.add_parser("build", help="build the default image, a shipped recipe (datascience), "
+                                                    "or a named one with extra packages")
     build.add_argument("name", nargs="?")
     build.add_argument("--pip", nargs="+", metavar="PKG")
     build.add_argument("--requirements", metavar="FILE")
@@ -273,6 +283,16 @@ def build_parser() -> argparse.ArgumentParser:
     rms = sub.add_parser("rm", help="delete sandboxes")
     rms.add_argument("ids", nargs="+")
     rms.set_defaults(func=cmd_rm)
+
+    mcp = sub.add_parser("mcp", help="serve the sandboxes over the Model Context Protocol (stdio or HTTP)")
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    mcp.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
+    mcp.add_argument("--port", type=int, default=8766, help="HTTP: port (the endpoint is /mcp)")
+    mcp.add_argument("--url", help="the sandbox server (default: SANDBOX_KERNEL_URL or the local one)")
+    mcp.add_argument("--token", help="its token, also required of HTTP clients (default: SANDBOX_KERNEL_TOKEN or STATE/token)")
+    mcp.add_argument("--image", help="image of the sandboxes it creates")
+    mcp.add_argument("--ttl-seconds", type=int, help="idle TTL of the sandboxes it creates (default 1800)")
+    mcp.set_defaults(func=cmd_mcp)
 
     lab = sub.add_parser("lab", help="install the kernelspec and start JupyterLab")
     lab.add_argument("--port", type=int, default=8888)

@@ -35,6 +35,19 @@ DEFAULT_PACKAGES = ["ipython", "matplotlib-inline", "numpy", "pandas", "matplotl
 DEFAULT_PRELOAD = ["numpy", "pandas", "matplotlib.pyplot"]
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
+# Recipes shipped with the project: `sandbox-kernel image build NAME` (or POST /v1/images
+# with just the name) builds NAME from its recipe, layered on the default image. The
+# data-science one is close to what managed agent sandboxes preinstall, so that code a
+# model wrote for one of them finds its imports here too; there is no `pip install` in a
+# sandbox (no network), so what is not in the image is not available at all.
+RECIPES: dict[str, dict] = {
+    "datascience": {
+        "pip": ["scipy", "scikit-learn", "seaborn", "statsmodels", "pyarrow", "openpyxl", "xlrd",
+                "polars", "duckdb", "sympy", "networkx", "plotly", "tabulate"],
+        "preload": DEFAULT_PRELOAD,
+    },
+}
+
 Progress = Callable[[str], None]
 
 
@@ -102,6 +115,9 @@ class ImageStore:
         if not NAME_RE.match(name or ""):
             raise ImageError(f"image name {name!r} is not valid: use lowercase letters, digits, '.', '_' and '-'")
         pip = sorted({p.strip() for p in pip if p and p.strip()})
+        if name in RECIPES and not pip and not requirements:
+            pip = sorted(RECIPES[name]["pip"])
+            preload = RECIPES[name]["preload"] if preload is None else preload
         for spec in pip:
             if spec.startswith("-") or any(c in spec for c in "\n\r\0"):
                 raise ImageError(f"{spec!r} is not a package requirement")
@@ -110,7 +126,8 @@ class ImageStore:
                       "requirements": requirements, "preload": list(preload or DEFAULT_PRELOAD)}
         else:
             if not pip and not requirements:
-                raise ImageError("a custom image needs packages: --pip PKG or --requirements FILE")
+                raise ImageError("a custom image needs packages: --pip PKG or --requirements FILE "
+                                 f"(recipes shipped with the project: {', '.join(sorted(RECIPES))})")
             recipe = {"name": name, "base": DEFAULT_IMAGE, "pip": pip, "requirements": requirements,
                       "preload": list(preload if preload is not None else DEFAULT_PRELOAD)}
         recipe["hash"] = recipe_hash(recipe)

@@ -1,0 +1,286 @@
+"""``sandbox-kernel mcp``: the sandboxes as a Model Context Protocol server.
+
+Built on the official ``mcp`` SDK's ``MCPServer`` (``pip install 'sandbox-kernel[mcp]'``).
+It is a client of a sandbox server (SANDBOX_KERNEL_URL / SANDBOX_KERNEL_TOKEN, as for the
+Python client) and offers its clients tools to create, list and delete sandboxes, run code
+(text, the error, figures as image content), run a command, and write, read and list files.
+
+Which sandbox a tool call uses: the ``sandbox_id`` argument if given; otherwise the MCP
+session's own sandbox, created on its first use and kept, with its variables, for the
+session's later calls. Over stdio the session is the connection (the process); over
+streamable HTTP it is the ``Mcp-Session-Id`` of a session-based (handshake) client. A
+client on the stateless protocol has no session to hang state on, so it calls
+``create_sandbox`` and passes the id it gets. Session sandboxes end when the server stops,
+or by their TTL (renewed by every run) if a session is simply abandoned.
+
+Over HTTP the server answers only requests carrying the same bearer token as the sandbox
+API (``Authorization: Bearer <token>``), checked in constant time before the SDK sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import typing as t
+from dataclasses import dataclass, field
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult, ImageContent, TextContent
+
+from ..client import AsyncSandbox, SandboxError, ServerConfig, resolve
+from .transcript import Transcript, cap
+
+__all__ = ["SandboxMCP", "build_server", "serve_http", "serve_stdio"]
+
+log = logging.getLogger(__name__)
+
+STDIO_SESSION = "stdio"
+INSTRUCTIONS = (
+    "Stateful Python sandboxes: isolated, no network, files in /workspace. Variables, imports and "
+    "files persist between run_code calls on the same sandbox. Without sandbox_id, a tool uses this "
+    "session's sandbox (made on first use); if the server says there is no session, call "
+    "create_sandbox first and pass its sandbox_id to every later call."
+)
+
+
+class NoSession(Exception):
+    """A call without sandbox_id on a connection that has no MCP session."""
+
+
+@dataclass
+class SandboxMCP:
+    """The MCP server's state: its sandbox server, and the session -> sandbox map."""
+
+    config: ServerConfig
+    image: str | None = None
+    ttl_seconds: int = 1800
+    session_sandboxes: dict[str, AsyncSandbox] = field(default_factory=dict)
+    _creating: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def create(self, image: str | None = None, ttl_seconds: int | None = None, origin: str = "") -> AsyncSandbox:
+        return await AsyncSandbox.create(image=image or self.image, ttl_seconds=ttl_seconds or self.ttl_seconds,
+                                         metadata={"client": "sandbox-kernel-mcp", "mcp_session": origin},
+                                         config=self.config)
+
+    async def sandbox(self, ctx: Context | None, sandbox_id: str) -> AsyncSandbox:
+        """The sandbox a call names, else its session's (made on first use)."""
+        if sandbox_id:
+            for sbx in self.session_sandboxes.values():
+                if sbx.id == sandbox_id:
+                    return sbx
+            return AsyncSandbox(sandbox_id, config=self.config)
+        key = session_key(ctx)
+        async with self._creating:
+            sbx = self.session_sandboxes.get(key)
+            if sbx is None:
+                sbx = self.session_sandboxes[key] = await self.create(origin=key)
+        return sbx
+
+    def release(self, sbx: AsyncSandbox) -> bool:
+        """Forget a sandbox if a session owns it; True if one did."""
+        for key, owned in list(self.session_sandboxes.items()):
+            if owned.id == sbx.id:
+                del self.session_sandboxes[key]
+                return True
+        return False
+
+    async def close(self) -> None:
+        """Delete every session sandbox (the server is stopping)."""
+        sandboxes, self.session_sandboxes = list(self.session_sandboxes.values()), {}
+        for sbx in sandboxes:
+            try:
+                await sbx.delete()
+            except SandboxError as exc:
+                log.warning("could not delete sandbox %s: %s", sbx.id, exc)
+            finally:
+                await sbx.close()
+
+
+def session_key(ctx: Context | None) -> str:
+    if ctx is None:
+        return STDIO_SESSION
+    headers = ctx.headers
+    if headers is None:  # stdio: one connection, one session
+        return STDIO_SESSION
+    session_id = headers.get("mcp-session-id")
+    if not session_id:
+        raise NoSession(
+            "this connection has no MCP session (a stateless protocol version), so there is no "
+            "session sandbox: call create_sandbox and pass its sandbox_id to every call"
+        )
+    return "http:" + session_id
+
+
+def _text(text: str, error: bool = False) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=error)
+
+
+def _json(value: t.Any) -> CallToolResult:
+    return _text(json.dumps(value, indent=1, default=str))
+
+
+def build_server(state: SandboxMCP, *, with_commands: bool | None = None) -> MCPServer:
+    """The MCPServer with its tools, over ``state``'s sandbox server."""
+    server = MCPServer("sandbox-kernel", instructions=INSTRUCTIONS)
+
+    async def guarded(call: t.Callable[[], t.Awaitable[CallToolResult]]) -> CallToolResult:
+        """A refusal the model can act on (is_error content), never a traceback."""
+        try:
+            return await call()
+        except NoSession as exc:
+            return _text(str(exc), error=True)
+        except SandboxError as exc:
+            return _text(f"sandbox server: {exc.message}", error=True)
+
+    @server.tool()
+    async def create_sandbox(image: str = "", ttl_seconds: int = 0) -> CallToolResult:
+        """Create a new sandbox (a stateful Python interpreter with its own /workspace) and
+        return its sandbox_id, to pass to the other tools. Optional: image name, ttl_seconds."""
+        async def go() -> CallToolResult:
+            sbx = await state.create(image or None, ttl_seconds or None, origin="create_sandbox")
+            try:
+                info = sbx.info
+                return _json({"sandbox_id": sbx.id, "image": info.image, "expires_at": info.expires_at})
+            finally:
+                await sbx.close()
+        return await guarded(go)
+
+    @server.tool()
+    async def list_sandboxes() -> CallToolResult:
+        """List the live sandboxes: id, image, state, expiry."""
+        async def go() -> CallToolResult:
+            infos = await AsyncSandbox.list(config=state.config)
+            return _json({"sandboxes": [{"sandbox_id": i.id, "image": i.image, "state": i.state,
+                                         "expires_at": i.expires_at} for i in infos]})
+        return await guarded(go)
+
+    @server.tool()
+    async def delete_sandbox(ctx: Context, sandbox_id: str = "") -> CallToolResult:
+        """Delete a sandbox (default: this session's) and everything in it."""
+        async def go() -> CallToolResult:
+            if not sandbox_id:
+                key = session_key(ctx)
+                sbx = state.session_sandboxes.get(key)
+                if sbx is None:
+                    return _text("this session has no sandbox to delete")
+            else:
+                sbx = await state.sandbox(ctx, sandbox_id)
+            state.release(sbx)
+            try:
+                await sbx.delete()
+            finally:
+                await sbx.close()
+            return _json({"sandbox_id": sbx.id, "deleted": True})
+        return await guarded(go)
+
+    @server.tool()
+    async def run_code(ctx: Context, code: str, sandbox_id: str = "", timeout_seconds: float = 0) -> CallToolResult:
+        """Run Python code in a sandbox (default: this session's). State persists between
+        calls. Returns the printed text and the value of the last expression; figures come
+        back as images; a failed run is marked as an error with its traceback."""
+        async def go() -> CallToolResult:
+            sbx = await state.sandbox(ctx, sandbox_id)
+            transcript = Transcript()
+            execution = await sbx.run_code(code, timeout_seconds=timeout_seconds or None, on_event=transcript.add)
+            exit_code, text, error = transcript.finish(execution)
+            if execution.sandbox_state == "dead":
+                state.release(sbx)
+            content: list[t.Any] = []
+            if text:
+                content.append(TextContent(type="text", text=text))
+            if error:
+                content.append(TextContent(type="text", text=error))
+            content += [ImageContent(type="image", data=base64.b64encode(f.data).decode(), mime_type=f.mime_type)
+                        for f in transcript.figures]
+            if not content:
+                content.append(TextContent(type="text", text="(no output)"))
+            return CallToolResult(content=content, is_error=exit_code != 0)
+        return await guarded(go)
+
+    if has_commands() if with_commands is None else with_commands:
+        @server.tool()
+        async def run_command(ctx: Context, command: str, sandbox_id: str = "", cwd: str = "",
+                              timeout_seconds: float = 0) -> CallToolResult:
+            """Run a shell command in a sandbox (default: this session's; same /workspace as
+            run_code, no network). Returns exit_code, stdout, stderr and timed_out."""
+            async def go() -> CallToolResult:
+                sbx = await state.sandbox(ctx, sandbox_id)
+                result = await sbx.commands.run(command, cwd=cwd or None, timeout=timeout_seconds or None)
+                body = {"exit_code": result.exit_code, "stdout": cap(result.stdout), "stderr": cap(result.stderr),
+                        "timed_out": result.timed_out}
+                return CallToolResult(content=[TextContent(type="text", text=json.dumps(body, indent=1))],
+                                      is_error=result.exit_code != 0 or bool(result.timed_out))
+            return await guarded(go)
+
+    @server.tool()
+    async def write_file(ctx: Context, path: str, content: str, sandbox_id: str = "") -> CallToolResult:
+        """Write a text file into a sandbox's /workspace (path relative to it)."""
+        async def go() -> CallToolResult:
+            sbx = await state.sandbox(ctx, sandbox_id)
+            body = await sbx.files.write(path, content.encode())
+            return _json({"path": (body or {}).get("path", path), "size": len(content.encode())})
+        return await guarded(go)
+
+    @server.tool()
+    async def read_file(ctx: Context, path: str, sandbox_id: str = "") -> CallToolResult:
+        """Read a text file from a sandbox's /workspace (path relative to it)."""
+        async def go() -> CallToolResult:
+            sbx = await state.sandbox(ctx, sandbox_id)
+            data = await sbx.files.read(path)
+            return _text(cap(data.decode("utf-8", "replace")))
+        return await guarded(go)
+
+    @server.tool()
+    async def list_files(ctx: Context, sandbox_id: str = "") -> CallToolResult:
+        """List the files in a sandbox's /workspace: path, size, type."""
+        async def go() -> CallToolResult:
+            sbx = await state.sandbox(ctx, sandbox_id)
+            files = await sbx.files.list()
+            return _json({"files": [{"path": f.path, "size": f.size, "type": f.type} for f in files]})
+        return await guarded(go)
+
+    return server
+
+
+def has_commands() -> bool:
+    """Whether this client can run commands (``sbx.commands``); the tool is offered only then."""
+    return hasattr(AsyncSandbox("", config=ServerConfig(token_source="not used")), "commands")
+
+
+async def serve_stdio(state: SandboxMCP) -> None:
+    server = build_server(state)
+    try:
+        await server.run_stdio_async()
+    finally:
+        await state.close()
+
+
+async def serve_http(state: SandboxMCP, host: str, port: int, *, log_level: str = "warning",
+                     ready: t.Callable[[], None] | None = None) -> None:
+    """Streamable HTTP at /mcp, behind the sandbox API's bearer token."""
+    import uvicorn
+
+    from ..api import TokenAuth
+
+    if not state.config.token:
+        raise SystemExit(f"no token to require of MCP clients (token: {state.config.token_source}): "
+                         "set SANDBOX_KERNEL_TOKEN or pass --token")
+    server = build_server(state)
+    app = TokenAuth(server.streamable_http_app(host=host), token=state.config.token)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        await state.close()
+
+
+def main(transport: str, host: str, port: int, url: str | None, token: str | None,
+         image: str | None, ttl_seconds: int | None) -> int:
+    state = SandboxMCP(resolve(url, token), image=image, ttl_seconds=ttl_seconds or 1800)
+    if transport == "stdio":
+        asyncio.run(serve_stdio(state))
+    else:
+        asyncio.run(serve_http(state, host, port))
+    return 0

@@ -1,0 +1,113 @@
+"""What an agent is shown of one run: its text in order, its real error, its figures.
+
+Agent frameworks judge a run by its streams: ADK counts any ``stderr`` as a failed run and
+gives up after two, a function-calling loop hands ``stderr`` to the model as the error. So a
+warning printed on stderr (pandas' FutureWarning, a progress bar) goes with the text here,
+in the order it was produced, and ``stderr`` holds only what made the run fail: the
+exception, a timeout, or the sandbox ending.
+
+Everything here came out of a sandbox and is untrusted: the text is capped (head and tail
+kept, the cut said), ANSI colour codes are removed, and a figure is kept only if its base64
+decodes and it is within the size and count caps.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import typing as t
+from dataclasses import dataclass, field
+
+from ..client import Execution
+
+# What a model can use of one run: the head says what happened, the tail how it ended.
+MAX_TEXT_CHARS = 20_000
+MAX_FIGURES = 10
+MAX_FIGURE_BYTES = 5 * 1024 * 1024
+FIGURE_TYPES = {"image/png": "png", "image/jpeg": "jpg"}
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def clean(text: str) -> str:
+    return ANSI_RE.sub("", text)
+
+
+def cap(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """At most ``limit`` characters: the head and the tail, with the cut said in between."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit // 2 - 40, 0)
+    return f"{text[:keep]}\n[... {len(text) - 2 * keep} characters cut ...]\n{text[len(text) - keep:]}"
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    mime_type: str
+    data: bytes
+
+
+@dataclass
+class Transcript:
+    """Collects a run's events in arrival order (pass ``on_event=transcript.add`` to
+    ``run_code``); ``finish`` turns them, with the finished Execution, into what the agent sees."""
+
+    max_chars: int = MAX_TEXT_CHARS
+    max_figures: int = MAX_FIGURES
+    max_figure_bytes: int = MAX_FIGURE_BYTES
+    figure_prefix: str = "figure"
+    parts: list[str] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    dropped_figures: int = 0
+
+    def add(self, event: dict[str, t.Any]) -> None:
+        kind = event.get("type")
+        if kind == "stream":
+            self.parts.append(str(event.get("text", "")))
+        elif kind in ("execute_result", "display_data"):
+            data = event.get("data") if isinstance(event.get("data"), dict) else {}
+            figure = self._figure(data)
+            if figure is not None:
+                self.parts.append(f"[figure: {figure.name}]\n")
+            elif isinstance(data.get("text/plain"), str):
+                self.parts.append(data["text/plain"] + "\n")
+
+    def _figure(self, data: dict[str, t.Any]) -> Figure | None:
+        for mime, ext in FIGURE_TYPES.items():
+            encoded = data.get(mime)
+            if not isinstance(encoded, str):
+                continue
+            if len(self.figures) >= self.max_figures or len(encoded) > self.max_figure_bytes * 4 // 3 + 4:
+                self.dropped_figures += 1
+                return None
+            try:
+                raw = base64.b64decode(encoded, validate=True)
+            except (binascii.Error, ValueError):
+                return None
+            figure = Figure(f"{self.figure_prefix}_{len(self.figures) + 1}.{ext}", mime, raw)
+            self.figures.append(figure)
+            return figure
+        return None
+
+    def finish(self, execution: Execution) -> tuple[int, str, str]:
+        """(exit_code, text, error) of the run: exit code 0 only for a cell that ended by
+        itself without an exception."""
+        text = clean("".join(self.parts))
+        if self.dropped_figures:
+            text += f"[{self.dropped_figures} more figure(s) not returned: over the cap]\n"
+        if execution.truncated:
+            text += "[output truncated by the sandbox server's output cap]\n"
+        error = ""
+        if execution.error is not None:
+            lines = [clean(line) for line in execution.error.traceback] or [str(execution.error)]
+            error = "\n".join(lines)
+            if str(execution.error) not in error:
+                error += f"\n{execution.error}"
+        elif not execution.ok:
+            error = f"execution ended: {execution.reason or execution.status or 'no result'}"
+        if execution.sandbox_state == "dead":
+            error += ("\nthe sandbox did not survive this run"
+                      f" ({execution.reason or 'ended'}): variables and files are gone")
+        exit_code = 0 if execution.ok and not error else 1
+        return exit_code, cap(text, self.max_chars), cap(error.strip() + "\n" if error else "", self.max_chars)
