@@ -42,6 +42,7 @@ from google.adk.tools import FunctionTool
 from pydantic import Field, PrivateAttr
 
 from ..client import AsyncSandbox, FileInfo, Sandbox, SandboxError, SandboxGone, SandboxNotFound, resolve
+from ..runtime import vocabulary as V
 from .transcript import MAX_TEXT_CHARS, Transcript, cap
 
 __all__ = ["SandboxCodeExecutor", "sandbox_tools"]
@@ -255,7 +256,7 @@ class SandboxCodeExecutor(BaseCodeExecutor):
             # ADK shows the model only stderr of a failed run: keep what it printed before.
             error = cap(f"{text}\n{error}", self.max_output_chars)
         outputs: list[File] = []
-        if execution.sandbox_state == "dead":
+        if execution.sandbox_state == V.DEAD:
             # Nothing to read back; the next run of this session starts a new sandbox.
             await self._forget(session)
         else:

@@ -30,6 +30,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ImageContent, TextContent
 
 from ..client import AsyncSandbox, SandboxError, ServerConfig, resolve
+from ..runtime import vocabulary as V
 from .transcript import Transcript, cap
 
 __all__ = ["SandboxMCP", "build_server", "serve_http", "serve_stdio"]
@@ -185,7 +186,7 @@ def build_server(state: SandboxMCP, *, with_commands: bool | None = None) -> MCP
             transcript = Transcript()
             execution = await sbx.run_code(code, timeout_seconds=timeout_seconds or None, on_event=transcript.add)
             exit_code, text, error = transcript.finish(execution)
-            if execution.sandbox_state == "dead":
+            if execution.sandbox_state == V.DEAD:
                 state.release(sbx)
             content: list[t.Any] = []
             if text:

@@ -20,6 +20,7 @@ import typing as t
 from dataclasses import dataclass, field
 
 from ..client import Execution
+from ..runtime import vocabulary as V
 
 # What a model can use of one run: the head says what happened, the tail how it ended.
 MAX_TEXT_CHARS = 20_000
@@ -63,9 +64,9 @@ class Transcript:
 
     def add(self, event: dict[str, t.Any]) -> None:
         kind = event.get("type")
-        if kind == "stream":
+        if kind == V.STREAM:
             self.parts.append(str(event.get("text", "")))
-        elif kind in ("execute_result", "display_data"):
+        elif kind in (V.EXECUTE_RESULT, V.DISPLAY_DATA):
             data = event.get("data") if isinstance(event.get("data"), dict) else {}
             figure = self._figure(data)
             if figure is not None:
@@ -106,7 +107,7 @@ class Transcript:
                 error += f"\n{execution.error}"
         elif not execution.ok:
             error = f"execution ended: {execution.reason or execution.status or 'no result'}"
-        if execution.sandbox_state == "dead":
+        if execution.sandbox_state == V.DEAD:
             error += ("\nthe sandbox did not survive this run"
                       f" ({execution.reason or 'ended'}): variables and files are gone")
         exit_code = 0 if execution.ok and not error else 1
