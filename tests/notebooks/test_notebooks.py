@@ -36,7 +36,7 @@ NOTEBOOKS = REPO / "notebooks"
 SANITIZE = NOTEBOOKS / "nbval_sanitize.cfg"
 CTR_NOTEBOOK = "01-ctr-from-a-pushed-csv.ipynb"
 CTR_CELL_CODE = "ctr = clicks / impressions * 100"
-# Generous: four notebooks, two of which wait past a TTL and one runs a memory bomb.
+# Generous: five notebooks, two of which wait past a TTL and one runs a memory bomb.
 NBVAL_TIMEOUT = 900
 
 
@@ -136,6 +136,7 @@ def test_notebooks_pass_nbval(sandbox_server: support.Server, nbval_env: dict[st
         "02-what-the-sandbox-keeps-out.ipynb",
         "03-agent-tool-loop.ipynb",
         "04-lifecycle.ipynb",
+        "05-adk-agent.ipynb",
     ]
     before = set(live_sandboxes(sandbox_server))
     began = time.monotonic()
