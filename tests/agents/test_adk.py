@@ -320,3 +320,34 @@ def test_function_tools_drive_one_sandbox(sandbox_server: support.Server) -> Non
     assert {"path": "notes/a.txt", "size": 4, "type": "file"} in responses[3]["files"], responses
     assert responses[4]["content"] == "1.01"
     assert "1.01" in final
+
+
+def test_run_command_tool_follows_the_client(sandbox_server: support.Server) -> None:
+    """run_command is offered exactly when the client can run commands; then an agent's call
+    returns the exit code and both streams of a command run in the sandbox's /workspace."""
+
+    async def main() -> tuple[set[str], bool, list[dict]]:
+        async with await AsyncSandbox.create(url=sandbox_server.url, token=sandbox_server.token) as sbx:
+            names = {tl.name for tl in sandbox_tools(sbx)}
+            if not hasattr(sbx, "commands"):
+                return names, False, []
+            model = ScriptedModel(model="scripted-stand-in", replies=[
+                types.FunctionCall(name="write_file", args={"path": "in.txt", "content": "three\nlines\nhere\n"}),
+                types.FunctionCall(name="run_command", args={"command": "wc -l < in.txt; echo oops >&2; exit 3"}),
+                lambda output: f"Done: {output}",
+            ])
+            runner = InMemoryRunner(agent=LlmAgent(name="shell", model=model, tools=sandbox_tools(sbx)), app_name=APP)
+            session = await runner.session_service.create_session(app_name=APP, user_id=USER)
+            await ask(runner, session.id, "Count the lines of in.txt.")
+            responses = [p.function_response.response for c in model.requests[-1].contents
+                         for p in (c.parts or []) if p.function_response]
+            await runner.close()
+            return names, True, responses
+
+    names, has_commands, responses = asyncio.run(main())
+    assert ("run_command" in names) == has_commands, names
+    if not has_commands:
+        pytest.skip("the client has no commands yet (sbx.commands, issue 16 item 1): run_command is not offered")
+    result = responses[1]
+    assert result["exit_code"] == 3 and result["timed_out"] is False, result
+    assert result["stdout"].strip() == "3" and result["stderr"].strip() == "oops", result

@@ -169,3 +169,30 @@ def test_mcp_over_http_session_keeps_its_sandbox(sandbox_server: support.Server,
                 await client.call_tool("delete_sandbox", {"sandbox_id": sid})
 
     anyio.run(stateless_client)
+
+
+def test_mcp_run_command_follows_the_client(sandbox_server: support.Server) -> None:
+    """run_command is listed exactly when the client can run commands; then it reports the
+    exit code and both streams, and a failing command is an isError result."""
+    from sandbox.agents.mcp_server import SandboxMCP, build_server, has_commands
+    from sandbox.client import resolve
+
+    async def main() -> tuple[set[str], t.Any]:
+        state = SandboxMCP(resolve(sandbox_server.url, sandbox_server.token), ttl_seconds=300)
+        try:
+            async with Client(build_server(state)) as client:  # in process: the SDK's own client
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                if "run_command" not in names:
+                    return names, None
+                await client.call_tool("write_file", {"path": "in.txt", "content": "a\nb\n"})
+                return names, await client.call_tool("run_command", {"command": "wc -l < in.txt; echo oops >&2; exit 3"})
+        finally:
+            await state.close()
+
+    names, result = anyio.run(main)
+    assert ("run_command" in names) == has_commands(), names
+    if result is None:
+        pytest.skip("the client has no commands yet (sbx.commands, issue 16 item 1): run_command is not offered")
+    body = json.loads(texts(result))
+    assert result.is_error and body["exit_code"] == 3 and body["timed_out"] is False, body
+    assert body["stdout"].strip() == "2" and body["stderr"].strip() == "oops", body
