@@ -50,8 +50,9 @@ class SandboxSettings(Configurable):
     url = Unicode(
         None,
         allow_none=True,
-        help="URL of the sandbox server (env SANDBOX_KERNEL_URL). When unset, the kernel uses "
-        "the local server at http://127.0.0.1:8765 and starts it if nothing answers there.",
+        help="URL of the sandbox server (env SANDBOX_KERNEL_URL): http://HOST:PORT or "
+        "unix:/path/server.sock. When unset, the kernel uses the server of its state directory, on "
+        "that directory's unix socket, and starts it if nothing answers there.",
     ).tag(config=True)
 
     token = Unicode(
@@ -64,7 +65,7 @@ class SandboxSettings(Configurable):
         None,
         allow_none=True,
         help="State directory of the local server (env SANDBOX_KERNEL_STATE_DIR); holds its "
-        "token, and server.log when the kernel starts the server.",
+        "socket (server.sock), its token, and server.log when the kernel starts the server.",
     ).tag(config=True)
 
     image = Unicode(None, allow_none=True, help="Sandbox image (env SANDBOX_KERNEL_IMAGE).").tag(config=True)
@@ -99,8 +100,8 @@ class SandboxSettings(Configurable):
         None,
         allow_none=True,
         help="Start the server if none answers (env SANDBOX_KERNEL_START_SERVER). Unset: "
-        "only for the default local URL, i.e. when no URL is configured; 0: never; 1: also "
-        "for a configured URL on this machine (its host and port are used).",
+        "only for the state directory's own server, i.e. when no URL is configured; 0: never; "
+        "1: also for a configured unix socket or loopback URL (its host and port are used).",
     ).tag(config=True)
 
     server_start_timeout = Float(

@@ -32,7 +32,6 @@ from urllib.parse import urlsplit
 import httpx
 
 from sandbox.client import (
-    DEFAULT_URL,
     AsyncSandbox,
     InvalidRequest,
     SandboxError,
@@ -121,7 +120,7 @@ class _Host:
     def __init__(self, life: SandboxLifecycle, out: Output, sandbox: AsyncSandbox) -> None:
         self.cwd = life.cwd
         self.pushed = life.pushed
-        self.server_url = life.server_config.url if life.server_config else life.server_url
+        self.server_url = life.server_config.url if life.server_config else ""
         self._out = out
         self._sandbox = sandbox
 
@@ -140,7 +139,6 @@ class SandboxLifecycle:
         self.settings = settings
         self.log = log
         self.cwd = cwd or pathlib.Path.cwd()
-        self.server_url = (settings.url or DEFAULT_URL).rstrip("/")
         self.server_config: ServerConfig | None = None
         self.sandbox_id: str | None = None
         self.pushed: list[str] = []
@@ -155,15 +153,25 @@ class SandboxLifecycle:
         self._gone: _Gone | None = None
         self._pending_notice: str | None = None
 
+    def config(self) -> ServerConfig:
+        """Where the server is (sandbox/endpoint.py's rule: the configured URL, else the
+        state directory's socket) and the token if one is needed. Resolved once."""
+        if self.server_config is None:
+            s = self.settings
+            self.server_config = resolve(s.url, s.token, s.state_dir)
+        return self.server_config
+
     @property
     def embedded(self) -> bool:
         """Whether the kernel looks after the local server itself: by default only when
-        no URL is configured; `start_server=True` also for a configured loopback URL."""
+        no URL is configured (the state directory's own server); `start_server=True` also
+        for a configured unix socket or loopback URL."""
         start = self.settings.start_server
         if start is None:
             return not self.settings.url
-        host = urlsplit(self.server_url).hostname or ""
-        return bool(start) and (host in ("localhost", "::1") or host.startswith("127."))
+        config = self.config()
+        host = urlsplit(config.url).hostname or ""
+        return bool(start) and (bool(config.socket) or host in ("localhost", "::1") or host.startswith("127."))
 
     # ------------------------------------------------------------------ creating
 
@@ -184,29 +192,30 @@ class SandboxLifecycle:
     async def _start_server_if_ours(self) -> None:
         if not self.embedded:
             return
-        s = self.settings
+        config = self.config()
         started = await asyncio.to_thread(
             ensure_server,
-            self.server_url,
-            s.state_dir or "",
-            timeout=s.server_start_timeout,
+            config.endpoint,
+            config.state_dir,
+            timeout=self.settings.server_start_timeout,
             on_status=self._set_status,
-            need_token=not s.token,
         )
         if started:
-            self.log.info("started the sandbox server at %s", self.server_url)
+            self.log.info("started the sandbox server at %s", config.where)
 
     async def _create(self) -> AsyncSandbox:
         self._creations_in_flight += 1
         try:
+            config = self.config()
             await self._start_server_if_ours()
-            config = resolve(self.server_url, self.settings.token, self.settings.state_dir)
-            self.server_config = config
             self._set_status("creating the sandbox")
             sbx = await AsyncSandbox.create(
                 **self.settings.create_arguments(),
                 metadata={"client": "sandbox-kernel", "kernel_pid": os.getpid()},
                 config=config,
+                # Over the socket the server ends the sandbox when this process exits,
+                # even if it is killed without a shutdown (nbval, kill -9).
+                end_with_caller=True if config.socket else None,
             )
             # Known to shutdown at once, even before a cell adopts it.
             self.sandbox_id = sbx.id
@@ -264,9 +273,7 @@ class SandboxLifecycle:
             except ServerStartError as exc:
                 raise KernelFailure("ServerUnavailable", str(exc)) from None
             except Unauthorized as exc:
-                raise KernelFailure(
-                    "Unauthorized", f"the sandbox server refused the kernel's token: {exc.message}"
-                ) from None
+                raise KernelFailure("Unauthorized", exc.message) from None
             except InvalidRequest as exc:
                 raise KernelFailure(
                     "InvalidRequest", f"the sandbox server refused to create a sandbox: {exc.message}"
@@ -493,7 +500,8 @@ class SandboxLifecycle:
         if not sid or config is None:
             return
         try:
-            httpx.delete(f"{config.url}/v1/sandboxes/{sid}", headers=config.headers, timeout=3.0)
+            with httpx.Client(transport=config.endpoint.transport(), headers=config.headers, timeout=3.0) as client:
+                client.delete(f"{config.endpoint.base_url}/v1/sandboxes/{sid}")
         except httpx.HTTPError:
             pass
         self.sandbox_id = None

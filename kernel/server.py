@@ -1,10 +1,12 @@
 """Finding, and if need be starting, the local sandbox server: the embedded default.
 
 Choosing "Python (sandbox)" in JupyterLab should just work, with no server to start by
-hand. So when no URL is configured, the kernel looks for a server on the default port and
-starts one if nothing answers. Several kernels may start at once (a notebook server
-restoring its sessions): an flock on `<state-dir>/server-start.lock` makes one of them
-start the server while the others wait for it to answer.
+hand. So when no URL is configured, the kernel looks for the server of its state directory
+on that directory's unix socket (sandbox/endpoint.py), and starts one there if nothing
+answers: never another user's or another state directory's server. Several kernels may
+start at once (a notebook server restoring its sessions): an flock on
+`<state-dir>/server-start.lock` makes one of them start the server while the others wait
+for it to answer.
 
 The server is started detached (its own session, output to `<state-dir>/server.log`) so
 that it outlives the kernel that started it: the next kernel, and the sandboxes, keep
@@ -25,7 +27,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from sandbox.client import DEFAULT_URL
+from sandbox.config import DEFAULT_PORT
+from sandbox.endpoint import Endpoint
 
 LOCK_NAME = "server-start.lock"
 LOG_NAME = "server.log"
@@ -43,9 +46,10 @@ class ServerStartError(RuntimeError):
     where its log is."""
 
 
-def is_healthy(url: str, timeout: float = 2.0) -> bool:
+def is_healthy(where: Endpoint, timeout: float = 2.0) -> bool:
     try:
-        response = httpx.get(url.rstrip("/") + "/v1/health", timeout=timeout)
+        with httpx.Client(transport=where.transport(), timeout=timeout) as client:
+            response = client.get(where.base_url + "/v1/health")
     except httpx.HTTPError:
         return False
     if response.status_code != 200:
@@ -103,42 +107,32 @@ def _server_env() -> dict[str, str]:
     return env
 
 
-def start_command(url: str, state_dir: pathlib.Path) -> list[str]:
-    parts = urlsplit(url)
-    host = parts.hostname or "127.0.0.1"
-    port = parts.port or 8765
-    return [
-        sys.executable,
-        "-m",
-        "sandbox",
-        "serve",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--state-dir",
-        str(state_dir),
-    ]
+def start_command(where: Endpoint, state_dir: pathlib.Path) -> list[str]:
+    """`serve` for this state directory; on TCP too when the endpoint is a TCP URL."""
+    cmd = [sys.executable, "-m", "sandbox", "serve", "--state-dir", str(state_dir)]
+    if not where.socket:
+        parts = urlsplit(where.url)
+        cmd += ["--host", parts.hostname or "127.0.0.1", "--port", str(parts.port or DEFAULT_PORT)]
+    return cmd
 
 
 def ensure_server(
-    url: str = DEFAULT_URL,
+    where: Endpoint,
     state_dir: str | os.PathLike = "",
     *,
     timeout: float = 900.0,
     on_status: StatusCallback | None = None,
-    need_token: bool = True,
 ) -> bool:
-    """Make sure a server answers at `url`, starting one if none does. Blocking.
+    """Make sure a server answers at `where`, starting one for `state_dir` if none does.
+    Blocking. Returns True if this call started the server.
 
-    Returns True if this call started the server. With `need_token`, also waits for the
-    token file, which a server writes once it is up.
+    A server writes its token file before it listens, so one that answers needs no wait
+    for it: a 401 after this is final, and reported at once.
     """
     status = on_status or (lambda _msg: None)
-    sdir = pathlib.Path(state_dir or _default_state_dir()).expanduser()
-    if is_healthy(url):
-        if need_token:
-            _wait_for_token(sdir, 10.0)
+    sdir = pathlib.Path(state_dir or _default_state_dir()).expanduser().absolute()
+    url = where.describe()
+    if is_healthy(where):
         return False
 
     # 0711: a root server's sandboxes run as other uids that must traverse it to their
@@ -158,9 +152,7 @@ def ensure_server(
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
-            if is_healthy(url, timeout=1.0):
-                if need_token:
-                    _wait_for_token(sdir, 10.0)
+            if is_healthy(where, timeout=1.0):
                 return False
             if time.monotonic() > deadline:
                 raise ServerStartError(
@@ -170,9 +162,7 @@ def ensure_server(
             time.sleep(0.5)
 
         try:
-            if is_healthy(url, timeout=1.0):
-                if need_token:
-                    _wait_for_token(sdir, 10.0)
+            if is_healthy(where, timeout=1.0):
                 return False
             pid_path = sdir / PID_NAME
             pid = _read_pid(pid_path)
@@ -181,7 +171,7 @@ def ensure_server(
                 # A previous starter may have died while its server was still building the
                 # image; only when that server is gone do we start another.
                 status("starting the sandbox server")
-                cmd = start_command(url, sdir)
+                cmd = start_command(where, sdir)
                 with open(log_path, "ab") as log:
                     log.write(f"\n--- started by kernel pid {os.getpid()}: {' '.join(cmd)}\n".encode())
                     log.flush()
@@ -201,7 +191,7 @@ def ensure_server(
                 started = True
 
             began = time.monotonic()
-            while not is_healthy(url, timeout=1.0):
+            while not is_healthy(where, timeout=1.0):
                 if proc is not None and proc.poll() is not None:
                     raise ServerStartError(
                         f"the sandbox server exited with code {proc.returncode} while starting; "
@@ -223,9 +213,6 @@ def ensure_server(
                 time.sleep(0.5)
         finally:
             fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
-
-    if need_token:
-        _wait_for_token(sdir, 30.0)
     return started
 
 
@@ -234,23 +221,7 @@ def _last_line(path: pathlib.Path) -> str:
     return tail[-160:] if tail else "no output yet"
 
 
-def _wait_for_token(state_dir: pathlib.Path, timeout: float) -> None:
-    """A server creates its token file once it is up: wait for it briefly, unless the
-    token comes from the environment."""
-    if os.environ.get("SANDBOX_KERNEL_TOKEN"):
-        return
-    deadline = time.monotonic() + timeout
-    token = state_dir / "token"
-    while time.monotonic() < deadline:
-        try:
-            if token.read_text().strip():
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-
-
 def _default_state_dir() -> pathlib.Path:
-    from sandbox.client import default_state_dir
+    from sandbox.paths import default_state_dir
 
-    return default_state_dir()
+    return pathlib.Path(default_state_dir())

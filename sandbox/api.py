@@ -2,14 +2,15 @@
 
 Every failure leaves as ``{"error": {"code", "message"}}`` with a 4xx/5xx status, whether it
 came from validation, the manager, Starlette's routing or an unexpected bug (logged, and
-answered with a 500 that leaks nothing). The bearer token is compared in constant time.
+answered with a 500 that leaks nothing). Who the caller is (peer uid on the unix socket,
+bearer token on TCP) is sandbox/auth.py's job; on a shared server a tenant's request for
+another user's sandbox is answered exactly as for an unknown id (404), so ids do not leak.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import urllib.parse
@@ -21,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from . import __version__, commands, schemas
+from .auth import Auth, caller_of
 from .errors import ApiError
 from .files import Workspace
 from .images import ImageError
@@ -35,26 +37,8 @@ def error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-class TokenAuth:
-    """ASGI middleware: every route but health needs ``Authorization: Bearer <token>``."""
-
-    OPEN_PATHS = {"/v1/health"}
-
-    def __init__(self, app, token: str):
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS:
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                message = "missing bearer token" if not given else "wrong bearer token"
-                response = error_response(ApiError(401, "unauthorized", f"{message}: send 'Authorization: Bearer <token>' "
-                                                   "(the token is in SANDBOX_KERNEL_TOKEN or the state directory's token file)"))
-                response.headers["WWW-Authenticate"] = "Bearer"
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+# The gateway's name for it (sandbox/gateway/app.py): on TCP, Auth is the bearer-token check.
+TokenAuth = Auth
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -87,25 +71,37 @@ def file_path(request: Request) -> str:
     return request.path_params["path"]
 
 
-def build_app(manager: SandboxManager, token: str) -> Starlette:
+def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> Starlette:
     config = manager.config
 
     async def body(request: Request, fields) -> dict:
         return schemas.parse(await read_body(request, config.request_max_bytes), fields)
 
     def live(request: Request):
-        return manager.get(request.path_params["sandbox_id"])
+        sandbox_id = request.path_params["sandbox_id"]
+        if not caller_of(request).may_see(manager.owner_of(sandbox_id)):
+            raise manager.not_found(sandbox_id)
+        return manager.get(sandbox_id)
+
+    def admin_only(request: Request, what: str) -> None:
+        caller = caller_of(request)
+        if caller.tenant is not None:
+            raise ApiError(403, "forbidden", f"{what} is for the server's administrator on a shared server "
+                                             f"(you are {caller.label})")
 
     async def health(request: Request):
         return JSONResponse({"status": "ok", "version": __version__})
 
     async def info(request: Request):
+        caller = caller_of(request)
         return JSONResponse({"version": __version__, "state_dir": manager.state.root,
                              "protections": manager.protections, "pool": manager.pool_status(),
-                             "sandboxes": len(manager.list()), "node_id": config.node_id or None,
-                             "draining": manager.draining, **manager.capacity_report()})
+                             "sandboxes": len([h for h in manager.list() if caller.may_see(manager.owner_of(h.id))]),
+                             "node_id": config.node_id or None, "draining": manager.draining,
+                             "multi_user": multi_user, "caller": caller.label, **manager.capacity_report()})
 
     async def drain(request: Request):
+        admin_only(request, "draining the node")
         data = await body(request, schemas.DRAIN)
         manager.draining = data.get("draining", True)
         return JSONResponse({"node_id": config.node_id or None, "draining": manager.draining,
@@ -116,15 +112,21 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
 
     async def create(request: Request):
         data = await body(request, schemas.CREATE)
-        return JSONResponse(await manager.create(data), status_code=201)
+        caller = caller_of(request)
+        if data.get("end_with_caller") and caller.peer is None:
+            raise ApiError(422, "invalid_request", "end_with_caller needs the server's unix socket, where the server "
+                                                   "knows the calling process; over TCP it cannot")
+        return JSONResponse(await manager.create(data, owner=caller.tenant, caller=caller.peer), status_code=201)
 
     async def list_sandboxes(request: Request):
-        return JSONResponse({"sandboxes": [manager.describe(h) for h in manager.list()]})
+        caller = caller_of(request)
+        return JSONResponse({"sandboxes": [manager.describe(h) for h in manager.list() if caller.may_see(manager.owner_of(h.id))]})
 
     async def get_sandbox(request: Request):
         return JSONResponse(await manager.refresh(live(request)))
 
     async def delete_sandbox(request: Request):
+        live(request)
         return JSONResponse(await manager.delete(request.path_params["sandbox_id"]))
 
     async def renew(request: Request):
@@ -217,6 +219,7 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
         return JSONResponse(_image_view(info, manager))
 
     async def build_image(request: Request):
+        admin_only(request, "building an image")
         data = await body(request, schemas.IMAGE_BUILD)
         queue: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
@@ -250,6 +253,7 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
         return StreamingResponse(events(), media_type=NDJSON)
 
     async def delete_image(request: Request):
+        admin_only(request, "removing an image")
         name = request.path_params["name"]
         try:
             manager.images.remove(name, manager.in_use)
@@ -300,7 +304,7 @@ def build_app(manager: SandboxManager, token: str) -> Starlette:
 
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers=EXCEPTION_HANDLERS)
-    app.add_middleware(TokenAuth, token=token)
+    app.add_middleware(Auth, token=token, multi_user=multi_user)
     app.state.manager = manager
     return app
 

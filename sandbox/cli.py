@@ -1,4 +1,10 @@
-"""``sandbox-kernel``: serve | gateway | doctor | image build/ls/rm | install | ls | rm | mcp | lab."""
+"""``sandbox-kernel``: serve | gateway | doctor | image build/ls/rm | install | ls | rm | mcp | lab.
+
+Every command that talks to a server finds it as the kernel does (sandbox/endpoint.py):
+``--url``, else ``--state-dir``'s socket, else SANDBOX_KERNEL_URL, else the state
+directory's socket from SANDBOX_KERNEL_STATE_DIR or the default. None falls back to another
+server; every connection error names the URL or socket it tried.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ def _config_from(args):
         value = getattr(args, name, None)
         if value is not None:
             kwargs[name] = value
-    for flag in ("allow_missing_protections", "delete_on_shutdown", "draining"):
+    for flag in ("allow_missing_protections", "delete_on_shutdown", "draining", "multi_user"):
         if getattr(args, flag, False):
             kwargs[flag] = True
     if getattr(args, "no_seccomp", False):
@@ -129,29 +135,53 @@ def cmd_image_ls(args) -> int:
 
 
 def cmd_image_rm(args) -> int:
+    """Removed by the state directory's server, which knows which images its sandboxes use
+    (and ends the warm pool's sandboxes of that image). Sandboxes outlive their server, so
+    when it cannot be asked the removal is refused; --force removes the files regardless."""
+    from .client import ServerUnavailable, _SyncTransport, DEFAULT_TIMEOUT
     from .images import ImageError
 
-    in_use = _live_image_users()
-    try:
-        _store(args).remove(args.name, lambda name: in_use.get(name, 0))
-    except ImageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    config = _server(args)
+    if config is None:
         return 1
+    tr = _SyncTransport(config, DEFAULT_TIMEOUT)
+    try:
+        tr.request("DELETE", f"/v1/images/{args.name}")
+    except ServerUnavailable as exc:
+        if not args.force:
+            _error(f"{exc}\nnot removing image {args.name!r}: only the server knows whether a sandbox uses it "
+                   "(sandboxes outlive their server); start it, or pass --force to remove it anyway")
+            return 1
+        try:
+            _store(args).remove(args.name, lambda name: 0)
+        except ImageError as err:
+            _error(str(err))
+            return 1
+        print(f"removed image {args.name} (--force: no server was asked whether a sandbox uses it)")
+        return 0
+    except Exception as exc:  # SandboxError: 404, 409, 401, ...
+        _error(str(exc))
+        return 1
+    finally:
+        tr.close()
     print(f"removed image {args.name}")
     return 0
 
 
-def _live_image_users() -> dict[str, int]:
-    """Ask a running server which images its sandboxes use; no server means none in use."""
-    try:
-        from .client import list_sandboxes
+def _error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
 
-        users: dict[str, int] = {}
-        for sbx in list_sandboxes():
-            users[sbx.image] = users.get(sbx.image, 0) + 1
-        return users
-    except Exception:
-        return {}
+
+def _server(args):
+    """The ServerConfig of the server this command talks to (see the module docstring);
+    None after printing why there is none."""
+    from .client import SandboxError, resolve
+
+    try:
+        return resolve(getattr(args, "url", None), None, getattr(args, "state_dir", None))
+    except SandboxError as exc:
+        _error(str(exc))
+        return None
 
 
 def cmd_install(args) -> int:
@@ -163,20 +193,52 @@ def cmd_install(args) -> int:
 
 
 def cmd_ls(args) -> int:
-    from .client import list_sandboxes
+    from .client import SandboxError, list_sandboxes
 
-    for sbx in list_sandboxes():
+    config = _server(args)
+    if config is None:
+        return 1
+    try:
+        sandboxes = list_sandboxes(config=config)
+    except SandboxError as exc:
+        _error(str(exc))
+        return 1
+    for sbx in sandboxes:
         print(f"{sbx.id}  {sbx.state:<8} {sbx.image:<12} expires {sbx.expires_at}  cells {sbx.execution_count}")
+    if not sandboxes and sys.stdout.isatty():
+        print(f"no sandboxes on {config.where}", file=sys.stderr)
     return 0
 
 
 def cmd_rm(args) -> int:
-    from .client import Sandbox
+    """Each id on its own: an unknown one is one line (and exit status 1), one that had
+    already ended says how, and the others still go."""
+    from .client import DEFAULT_TIMEOUT, SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable, _SyncTransport
 
-    for sandbox_id in args.ids:
-        Sandbox.connect(sandbox_id).delete()
-        print(f"deleted {sandbox_id}")
-    return 0
+    config = _server(args)
+    if config is None:
+        return 1
+    failed = 0
+    tr = _SyncTransport(config, DEFAULT_TIMEOUT)
+    try:
+        for sandbox_id in args.ids:
+            try:
+                tr.request("DELETE", f"/v1/sandboxes/{sandbox_id}")
+                print(f"deleted {sandbox_id}")
+            except SandboxNotFound:
+                _error(f"no sandbox {sandbox_id} on the sandbox server at {config.where}")
+                failed += 1
+            except SandboxGone as exc:
+                print(f"{exc} (nothing to delete)")
+            except ServerUnavailable as exc:
+                _error(str(exc))
+                return 1
+            except SandboxError as exc:
+                _error(str(exc))
+                failed += 1
+    finally:
+        tr.close()
+    return 1 if failed else 0
 
 
 def cmd_mcp(args) -> int:
@@ -206,10 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sandbox-kernel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the sandbox server")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve = sub.add_parser("serve", help="run the sandbox server (on STATE/server.sock; TCP only with --port/--host)")
+    serve.add_argument("--host", help="also listen on TCP at this address (port 8765 unless --port)")
+    serve.add_argument("--port", type=int, help="also listen on TCP at this port (127.0.0.1 unless --host)")
     serve.add_argument("--state-dir")
+    serve.add_argument("--multi-user", action="store_true",
+                       help="system-wide server (root): socket open to all users, each sees only their own sandboxes")
     serve.add_argument("--token", help="bearer token (default: SANDBOX_KERNEL_TOKEN or STATE/token)")
     serve.add_argument("--pool-size", type=int, help="warm sandboxes kept ready for the default image")
     serve.add_argument("--pool-image", action="append", metavar="NAME=COUNT",
@@ -266,9 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls = isub.add_parser("ls", help="list images")
     ls.add_argument("--state-dir")
     ls.set_defaults(func=cmd_image_ls)
-    rm = isub.add_parser("rm", help="remove an image no sandbox uses")
+    rm = isub.add_parser("rm", help="remove an image no sandbox uses (asks the state directory's server)")
     rm.add_argument("name")
     rm.add_argument("--state-dir")
+    rm.add_argument("--url", help="the server to ask (default: the state directory's socket)")
+    rm.add_argument("--force", action="store_true",
+                    help="remove the files even when no server can say whether a sandbox uses the image")
     rm.set_defaults(func=cmd_image_rm)
 
     inst = sub.add_parser("install", help="install the Jupyter kernelspec")
@@ -279,9 +346,14 @@ def build_parser() -> argparse.ArgumentParser:
     inst.add_argument("--image", help="install 'Python (sandbox: IMAGE)' for a custom image")
     inst.set_defaults(func=cmd_install)
 
-    sub.add_parser("ls", help="list live sandboxes").set_defaults(func=cmd_ls)
+    lss = sub.add_parser("ls", help="list live sandboxes")
     rms = sub.add_parser("rm", help="delete sandboxes")
     rms.add_argument("ids", nargs="+")
+    for p in (lss, rms):
+        p.add_argument("--state-dir", help="whose server: this state directory's socket")
+        p.add_argument("--url", help="a server URL: http://HOST:PORT (token from SANDBOX_KERNEL_TOKEN or the "
+                                     "state directory) or unix:/path/server.sock")
+    lss.set_defaults(func=cmd_ls)
     rms.set_defaults(func=cmd_rm)
 
     mcp = sub.add_parser("mcp", help="serve the sandboxes over the Model Context Protocol (stdio or HTTP)")

@@ -15,7 +15,10 @@ one blocks, and its callbacks may be coroutine functions.
 Every failure the server reports arrives as a `SandboxError` subclass carrying the
 server's own message, because that message is what a user needs to read (why a sandbox is
 gone, which field was wrong); a server that cannot be reached is a `ServerUnavailable`
-whose message says how to start one.
+whose message names the URL or socket it tried and says how to start one.
+
+Which server: the one of the state directory (its unix socket), unless a URL is given; the
+rule is sandbox/endpoint.py's, shared with the kernel and the command line.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ import httpx
 
 from . import filenames
 from .runtime import vocabulary as V
+from . import endpoint as _endpoint
+from .paths import default_state_dir as _default_state_dir
 
 __all__ = [
-    "DEFAULT_URL",
     "AsyncCommands",
     "AsyncSandbox",
     "CommandResult",
@@ -65,8 +69,8 @@ __all__ = [
     "server_info",
 ]
 
-DEFAULT_URL = "http://127.0.0.1:8765"
-START_HINT = "start it with `sandbox-kernel serve`, or point SANDBOX_KERNEL_URL at a running one"
+START_HINT = ("start it with `sandbox-kernel serve` (or open a notebook with the sandbox kernel, which "
+              "starts it), or give --url / SANDBOX_KERNEL_URL, or --state-dir / SANDBOX_KERNEL_STATE_DIR")
 
 # Most calls are quick bookkeeping on the server: a short read timeout turns a wedged
 # server into an error instead of a hang. Connect is shorter still: on loopback a
@@ -150,32 +154,34 @@ _STATUS_ERRORS: dict[int, type[SandboxError]] = {
 
 
 def default_state_dir() -> pathlib.Path:
-    """The server's state directory, where its token file lives.
-
-    Mirrors the server's own rule (sandbox/paths.py) so that a client on the same machine
-    finds the token without being told.
-    """
-    env = os.environ.get("SANDBOX_KERNEL_STATE_DIR")
-    if env:
-        return pathlib.Path(env).expanduser().absolute()
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return pathlib.Path("/var/lib/sandbox-kernel")
-    base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    return pathlib.Path(base) / "sandbox-kernel"
+    """The server's state directory: the server's own rule (sandbox/paths.py)."""
+    return pathlib.Path(_default_state_dir())
 
 
 @dataclass(frozen=True)
 class ServerConfig:
     """Where the server is and how to authenticate to it.
 
-    `token_source` records where the token came from (or where it was looked for), so
-    that a 401 can tell the user what to fix.
+    `url` is what the user sees (``unix:/path/server.sock`` or ``http://host:port``);
+    `socket` is set for a unix socket, where the server knows the caller by its uid and no
+    token is needed. `token_source` records where the token came from (or where it was
+    looked for), so that a 401 can tell the user what to fix.
     """
 
-    url: str = DEFAULT_URL
+    url: str = ""
     token: str | None = field(default=None, repr=False)
     state_dir: pathlib.Path = field(default_factory=default_state_dir)
     token_source: str = ""
+    socket: str | None = None
+
+    @property
+    def endpoint(self) -> _endpoint.Endpoint:
+        return _endpoint.Endpoint(self.url, self.socket)
+
+    @property
+    def where(self) -> str:
+        """The URL or socket, for messages."""
+        return self.endpoint.describe()
 
     @property
     def headers(self) -> dict[str, str]:
@@ -188,28 +194,39 @@ class ServerConfig:
 def resolve(
     url: str | None = None, token: str | None = None, state_dir: str | os.PathLike | None = None
 ) -> ServerConfig:
-    """Find the server URL and token from arguments, environment, then the state directory.
+    """Find the server and the token: arguments, then the environment, then the state
+    directory (sandbox/endpoint.py has the order).
 
-    Explicit arguments win so that a caller can always override the environment; the token
-    file is read last because it only exists on the server's own machine.
+    Over a unix socket no token is needed (the server checks the caller's uid); a token
+    given explicitly is still sent. Over TCP the token file is read last because it only
+    exists on the server's own machine. Raises `InvalidRequest` for a malformed URL.
     """
-    url = (url or os.environ.get("SANDBOX_KERNEL_URL") or DEFAULT_URL).rstrip("/")
-    sdir = pathlib.Path(state_dir).expanduser() if state_dir is not None else default_state_dir()
+    try:
+        where = _endpoint.find(url, state_dir)
+    except _endpoint.EndpointError as exc:
+        raise InvalidRequest("invalid_url", str(exc)) from None
+    sdir = pathlib.Path(state_dir).expanduser().absolute() if state_dir else default_state_dir()
+    if where.socket and os.path.dirname(where.socket) != str(sdir):
+        sdir = pathlib.Path(os.path.dirname(where.socket))
+
+    def config(tok: str | None, source: str) -> ServerConfig:
+        return ServerConfig(where.url, tok, sdir, source, where.socket)
+
     if token:
-        return ServerConfig(url, token, sdir, "argument")
-    env_token = os.environ.get("SANDBOX_KERNEL_TOKEN")
+        return config(token, "argument")
+    env_token = os.environ.get("SANDBOX_KERNEL_TOKEN", "").strip()
     if env_token:
-        return ServerConfig(url, env_token.strip(), sdir, "SANDBOX_KERNEL_TOKEN")
+        return config(env_token, "SANDBOX_KERNEL_TOKEN")
+    if where.socket:
+        return config(None, "not needed: unix socket (the server checks the caller's uid)")
     token_file = sdir / "token"
     try:
         file_token = token_file.read_text().strip()
     except FileNotFoundError:
-        return ServerConfig(url, None, sdir, f"none: SANDBOX_KERNEL_TOKEN is unset and {token_file} does not exist")
+        return config(None, f"none: SANDBOX_KERNEL_TOKEN is unset and {token_file} does not exist")
     except OSError as exc:
-        return ServerConfig(
-            url, None, sdir, f"none: SANDBOX_KERNEL_TOKEN is unset and {token_file} is unreadable ({exc.strerror})"
-        )
-    return ServerConfig(url, file_token or None, sdir, str(token_file))
+        return config(None, f"none: SANDBOX_KERNEL_TOKEN is unset and {token_file} is unreadable ({exc.strerror})")
+    return config(file_token or None, str(token_file))
 
 
 # --------------------------------------------------------------------------- models
@@ -552,9 +569,9 @@ def _error_from_response(response: httpx.Response, config: ServerConfig) -> Sand
     if cls is None:
         cls = ServerUnavailable if status >= 500 else SandboxError
     if cls is Unauthorized:
-        message = f"{message} (token: {config.token_source or 'none'})"
+        message = f"the sandbox server at {config.where} refused the request: {message} (token: {config.token_source or 'none'})"
     if cls is ServerUnavailable:
-        return ServerUnavailable(code, f"sandbox server at {config.url}: {message}", status, sent=True)
+        return ServerUnavailable(code, f"sandbox server at {config.where}: {message}", status, sent=True)
     return cls(code, message, status)
 
 
@@ -562,19 +579,19 @@ def _transport_error(exc: httpx.TransportError, config: ServerConfig) -> ServerU
     if isinstance(exc, httpx.ConnectError):
         return ServerUnavailable(
             "unreachable",
-            f"cannot reach the sandbox server at {config.url} ({exc or 'connection refused'}): {START_HINT}",
+            f"cannot reach the sandbox server at {config.where} ({exc or 'connection refused'}): {START_HINT}",
             sent=False,
         )
     if isinstance(exc, httpx.ConnectTimeout):
         return ServerUnavailable(
-            "unreachable", f"connecting to the sandbox server at {config.url} timed out: {START_HINT}", sent=False
+            "unreachable", f"connecting to the sandbox server at {config.where} timed out: {START_HINT}", sent=False
         )
     if isinstance(exc, httpx.TimeoutException):
         return ServerUnavailable(
-            "timeout", f"the sandbox server at {config.url} did not answer in time ({type(exc).__name__})"
+            "timeout", f"the sandbox server at {config.where} did not answer in time ({type(exc).__name__})"
         )
     return ServerUnavailable(
-        "unreachable", f"lost the connection to the sandbox server at {config.url} ({type(exc).__name__}: {exc})"
+        "unreachable", f"lost the connection to the sandbox server at {config.where} ({type(exc).__name__}: {exc})"
     )
 
 
@@ -772,7 +789,8 @@ class _SyncTransport:
     def __init__(self, config: ServerConfig, timeout: httpx.Timeout) -> None:
         self.config = config
         self.timeout = timeout
-        self.client = httpx.Client(base_url=config.url, headers=config.headers, timeout=timeout)
+        self.client = httpx.Client(base_url=config.endpoint.base_url, headers=config.headers, timeout=timeout,
+                                   transport=config.endpoint.transport())
 
     def request(self, method: str, path: str, **kwargs: t.Any) -> t.Any:
         try:
@@ -999,10 +1017,11 @@ class Sandbox:
         timeout: float | httpx.Timeout | None = None,
         info: SandboxInfo | None = None,
         config: ServerConfig | None = None,
+        state_dir: str | os.PathLike | None = None,
     ) -> None:
         """Attach to sandbox `id` without asking the server: see `connect` for the checked way."""
         self.id = id
-        self.config = config or resolve(url, token)
+        self.config = config or resolve(url, token, state_dir)
         self._transport = _SyncTransport(self.config, _as_timeout(timeout))
         self._info = info
         self.files = Files(self)
@@ -1025,9 +1044,16 @@ class Sandbox:
         url: str | None = None,
         token: str | None = None,
         timeout: float | httpx.Timeout | None = None,
+        state_dir: str | os.PathLike | None = None,
+        config: ServerConfig | None = None,
+        end_with_caller: bool | None = None,
     ) -> Sandbox:
-        """Claim a new sandbox; unset limits take the server's defaults."""
-        config = resolve(url, token)
+        """Claim a new sandbox; unset limits take the server's defaults.
+
+        `end_with_caller`: the server ends the sandbox as soon as this process exits (the
+        kernel's link; over a unix socket only, where the server knows the caller's pid).
+        """
+        config = config or resolve(url, token, state_dir)
         tout = _as_timeout(timeout)
         transport = _SyncTransport(config, tout)
         try:
@@ -1043,6 +1069,7 @@ class Sandbox:
                     pids=pids,
                     disk_mb=disk_mb,
                     metadata=metadata,
+                    end_with_caller=end_with_caller,
                 ),
                 timeout=_create_timeout(tout),
             )
@@ -1053,10 +1080,17 @@ class Sandbox:
 
     @classmethod
     def connect(
-        cls, id: str, *, url: str | None = None, token: str | None = None, timeout: float | httpx.Timeout | None = None
+        cls,
+        id: str,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        state_dir: str | os.PathLike | None = None,
+        config: ServerConfig | None = None,
     ) -> Sandbox:
         """Attach to an existing sandbox; raises SandboxNotFound or SandboxGone if it is not alive."""
-        sbx = cls(id, url=url, token=token, timeout=timeout)
+        sbx = cls(id, url=url, token=token, timeout=timeout, state_dir=state_dir, config=config)
         try:
             sbx.refresh()
         except BaseException:
@@ -1065,8 +1099,15 @@ class Sandbox:
         return sbx
 
     @classmethod
-    def list(cls, *, url: str | None = None, token: str | None = None) -> list[SandboxInfo]:
-        return list_sandboxes(url=url, token=token)
+    def list(
+        cls,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        state_dir: str | os.PathLike | None = None,
+        config: ServerConfig | None = None,
+    ) -> list[SandboxInfo]:
+        return list_sandboxes(url=url, token=token, state_dir=state_dir, config=config)
 
     # -- state
 
@@ -1213,7 +1254,8 @@ class _AsyncTransport:
     def __init__(self, config: ServerConfig, timeout: httpx.Timeout) -> None:
         self.config = config
         self.timeout = timeout
-        self.client = httpx.AsyncClient(base_url=config.url, headers=config.headers, timeout=timeout)
+        self.client = httpx.AsyncClient(base_url=config.endpoint.base_url, headers=config.headers, timeout=timeout,
+                                        transport=config.endpoint.async_transport())
 
     async def request(self, method: str, path: str, **kwargs: t.Any) -> t.Any:
         try:
@@ -1393,9 +1435,10 @@ class AsyncSandbox:
         timeout: float | httpx.Timeout | None = None,
         info: SandboxInfo | None = None,
         config: ServerConfig | None = None,
+        state_dir: str | os.PathLike | None = None,
     ) -> None:
         self.id = id
-        self.config = config or resolve(url, token)
+        self.config = config or resolve(url, token, state_dir)
         self._transport = _AsyncTransport(self.config, _as_timeout(timeout))
         self._info = info
         self.files = AsyncFiles(self)
@@ -1417,8 +1460,10 @@ class AsyncSandbox:
         token: str | None = None,
         timeout: float | httpx.Timeout | None = None,
         config: ServerConfig | None = None,
+        state_dir: str | os.PathLike | None = None,
+        end_with_caller: bool | None = None,
     ) -> AsyncSandbox:
-        config = config or resolve(url, token)
+        config = config or resolve(url, token, state_dir)
         tout = _as_timeout(timeout)
         sbx = cls("", timeout=tout, config=config)
         try:
@@ -1434,6 +1479,7 @@ class AsyncSandbox:
                     pids=pids,
                     disk_mb=disk_mb,
                     metadata=metadata,
+                    end_with_caller=end_with_caller,
                 ),
                 timeout=_create_timeout(tout),
             )
@@ -1453,8 +1499,9 @@ class AsyncSandbox:
         token: str | None = None,
         timeout: float | httpx.Timeout | None = None,
         config: ServerConfig | None = None,
+        state_dir: str | os.PathLike | None = None,
     ) -> AsyncSandbox:
-        sbx = cls(id, url=url, token=token, timeout=timeout, config=config)
+        sbx = cls(id, url=url, token=token, timeout=timeout, config=config, state_dir=state_dir)
         try:
             await sbx.refresh()
         except BaseException:
@@ -1464,9 +1511,14 @@ class AsyncSandbox:
 
     @classmethod
     async def list(
-        cls, *, url: str | None = None, token: str | None = None, config: ServerConfig | None = None
+        cls,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        config: ServerConfig | None = None,
+        state_dir: str | os.PathLike | None = None,
     ) -> list[SandboxInfo]:
-        config = config or resolve(url, token)
+        config = config or resolve(url, token, state_dir)
         tr = _AsyncTransport(config, DEFAULT_TIMEOUT)
         try:
             body = await tr.request("GET", "/v1/sandboxes")
@@ -1593,9 +1645,15 @@ class AsyncSandbox:
 # --------------------------------------------------------------------------- module level
 
 
-def list_sandboxes(*, url: str | None = None, token: str | None = None) -> list[SandboxInfo]:
-    """The live sandboxes on the server."""
-    tr = _SyncTransport(resolve(url, token), DEFAULT_TIMEOUT)
+def list_sandboxes(
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> list[SandboxInfo]:
+    """The live sandboxes on the server (on a shared server: the caller's own)."""
+    tr = _SyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
     try:
         body = tr.request("GET", "/v1/sandboxes")
     finally:
@@ -1603,22 +1661,30 @@ def list_sandboxes(*, url: str | None = None, token: str | None = None) -> list[
     return [SandboxInfo.from_dict(s) for s in body.get("sandboxes", [])]
 
 
-def health(*, url: str | None = None, timeout: float = 5.0) -> dict[str, t.Any]:
+def health(
+    *, url: str | None = None, timeout: float = 5.0, state_dir: str | os.PathLike | None = None
+) -> dict[str, t.Any]:
     """`{"status": "ok", "version": ...}` if a server answers; ServerUnavailable if not.
 
     Needs no token, so it tells "no server" apart from "wrong token".
     """
-    base = (url or os.environ.get("SANDBOX_KERNEL_URL") or DEFAULT_URL).rstrip("/")
-    tr = _SyncTransport(ServerConfig(base, None, token_source="not needed"), _as_timeout(timeout))
+    config = dataclasses.replace(resolve(url, None, state_dir), token=None, token_source="not needed")
+    tr = _SyncTransport(config, _as_timeout(timeout))
     try:
         return tr.request("GET", "/v1/health")
     finally:
         tr.close()
 
 
-def server_info(*, url: str | None = None, token: str | None = None) -> dict[str, t.Any]:
+def server_info(
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> dict[str, t.Any]:
     """The server's version, the isolation in force and the warm pool's state."""
-    tr = _SyncTransport(resolve(url, token), DEFAULT_TIMEOUT)
+    tr = _SyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
     try:
         return tr.request("GET", "/v1/info")
     finally:

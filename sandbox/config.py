@@ -16,12 +16,17 @@ from .paths import default_state_dir
 
 MiB = 1024 * 1024
 NODE_ID = re.compile(r"[a-z0-9]([a-z0-9.-]{0,38}[a-z0-9])?")
+DEFAULT_PORT = 8765
 DAY = 86400
 
 
 class ServiceConfig(Configurable):
-    host = Unicode("127.0.0.1", help="Address to listen on; loopback by default.").tag(config=True)
-    port = Int(8765, help="TCP port to listen on.").tag(config=True)
+    host = Unicode("", help="TCP address to listen on as well as the unix socket; empty: no TCP "
+                   "unless a port is given (then 127.0.0.1).").tag(config=True)
+    port = Int(0, help="TCP port to listen on as well as the unix socket; 0: no TCP unless a host is "
+               f"given (then {DEFAULT_PORT}).").tag(config=True)
+    multi_user = Bool(False, help="A system-wide server: its socket is open to every user (0666), each "
+                      "request is tied to the caller's uid, and a user sees only their own sandboxes.").tag(config=True)
     state_dir = Unicode(help="Where tokens, images and sandboxes live.").tag(config=True)
     token = Unicode("", help="Bearer token; generated into STATE/token when empty.").tag(config=True)
 
@@ -99,6 +104,13 @@ class ServiceConfig(Configurable):
                  ("ttl_seconds", "max_ttl_seconds"), ("max_lifetime_seconds", "max_lifetime_cap_seconds")]
         return [f"{default} {getattr(self, default)} > {maximum} {getattr(self, maximum)}" for default, maximum in pairs
                 if getattr(self, maximum) and getattr(self, default) > getattr(self, maximum)]
+
+    @property
+    def tcp(self) -> tuple[str, int] | None:
+        """(host, port) to listen on over TCP, or None: the unix socket only."""
+        if not self.host and not self.port:
+            return None
+        return self.host or "127.0.0.1", self.port or DEFAULT_PORT
 
     def default_limits(self) -> dict:
         return {

@@ -29,6 +29,7 @@ from .isolation import bwrap, cgroups, disk
 from .paths import StateDir
 from .runtime import vocabulary as V
 from .runtime.protocol import ProtocolError, read_frame, write_frame
+from .tenancy import Link, Tenancy
 
 log = logging.getLogger("sandbox.manager")
 
@@ -100,6 +101,8 @@ class SandboxManager:
         self.bwrap_path: str | None = None
         self.bwrap_version: list[int] | None = None
         self.protections: list[dict] = []  # the doctor report the server started with
+        self.tenancy = Tenancy()
+        self.kept: list[str] = []  # sandboxes left running by stop(), for the server to report
         self.root = os.geteuid() == 0
         self.disk_quota = disk.available()[0]
         self.reserved: list[dict] = []  # limits of the creates under way, counted as used
@@ -158,6 +161,7 @@ class SandboxManager:
             st = statefile.read_json(os.path.join(d, "state.json"))
             if spec is None:
                 continue
+            link = self.tenancy.load(sandbox_id, d)
             if st is None:
                 st = {"id": sandbox_id, "state": V.LOST, "dead_reason": V.LOST}
             if st.get("state") in V.ENDED_STATES:
@@ -177,6 +181,8 @@ class SandboxManager:
                 if handle.state.get("state") == V.POOLED:
                     self.pool.setdefault(handle.image, deque()).append(sandbox_id)
                 log.info("re-attached to sandbox %s (%s)", sandbox_id, handle.state.get("state"))
+                if link is not None:  # ended at once if its process exited while we were down
+                    self.tenancy.watch(sandbox_id, link, self._caller_exited)
             else:
                 V.advance(st, V.LOST, dead_reason=V.LOST,
                           dead_message="its processes ended while the server was not running")
@@ -186,6 +192,7 @@ class SandboxManager:
 
     def _bury(self, sandbox_id: str, st: dict, d: str) -> None:
         self.ended[sandbox_id] = st
+        self.tenancy.unwatch(sandbox_id)
         if st.get("cgroup_dirs"):  # left behind when a supervisor was killed
             leftover = cgroups.SandboxCgroup.from_dirs(st["cgroup_dirs"])
             leftover.kill_all()
@@ -195,12 +202,16 @@ class SandboxManager:
         shutil.rmtree(os.path.join(d, "workspace"), ignore_errors=True)
 
     async def stop(self) -> None:
+        """End the warm pool (its sandboxes hold nobody's state) and, with
+        delete_on_shutdown, every sandbox; record in `kept` those left running."""
         self.shutting_down.set()
         for task in self.tasks:
             task.cancel()
-        if self.config.delete_on_shutdown:  # claimed and pooled alike
-            await asyncio.gather(*(self.end(h, "the server shut down") for h in list(self.live.values())),
-                                 return_exceptions=True)
+        self.tenancy.close()
+        ending = [h for h in list(self.live.values())
+                  if self.config.delete_on_shutdown or h.state.get("state") == V.POOLED]
+        await asyncio.gather(*(self.end(h, "the server shut down") for h in ending), return_exceptions=True)
+        self.kept = sorted(i for i, h in self.live.items() if h.state.get("state") != V.POOLED)
 
     # -------------------------------------------------------- supervisor I/O
     async def call(self, handle: Handle, request: dict, timeout: float = 30.0) -> dict:
@@ -408,8 +419,26 @@ class SandboxManager:
         if handle is None or handle.state.get("state") == V.POOLED:
             if sandbox_id in self.ended:
                 raise self.gone_error(sandbox_id)
-            raise ApiError(404, "not_found", f"no sandbox with id {sandbox_id!r}")
+            raise self.not_found(sandbox_id)
         return handle
+
+    @staticmethod
+    def not_found(sandbox_id: str) -> ApiError:
+        """Also the answer to a tenant asking for another's sandbox: ids do not leak."""
+        return ApiError(404, "not_found", f"no sandbox with id {sandbox_id!r}")
+
+    def owner_of(self, sandbox_id: str) -> int | None:
+        return self.tenancy.owner_of(sandbox_id)
+
+    def _caller_exited(self, sandbox_id: str, link: Link) -> None:
+        handle = self.live.get(sandbox_id)
+        if handle is None or self.shutting_down.is_set():
+            return
+        log.info("sandbox %s: the process that created it (pid %d) exited; ending it", sandbox_id, link.pid)
+        task = asyncio.get_running_loop().create_task(
+            self.end(handle, f"the process that created it (pid {link.pid}) exited"))
+        self.tasks.append(task)
+        task.add_done_callback(self.tasks.remove)
 
     def gone_error(self, sandbox_id: str) -> ApiError:
         st = self.ended[sandbox_id]
@@ -485,7 +514,9 @@ class SandboxManager:
         limits["file_mb"] = max(int(limits["disk_mb"]), self.config.file_max_bytes // (1024 * 1024))
         return limits
 
-    async def create(self, request: dict) -> dict:
+    async def create(self, request: dict, owner: int | None = None, caller=None) -> dict:
+        """``owner``: the tenant's uid on a shared server; ``caller``: the peer (pid) to end
+        the sandbox with when the request asks for ``end_with_caller``."""
         if self.shutting_down.is_set():
             raise ApiError(503, "unavailable", "the server is shutting down")
         if self.draining:
@@ -509,6 +540,10 @@ class SandboxManager:
                 handle.state["from_pool"] = False
         finally:
             self.reserved.remove(limits)
+        link = Link.of(caller.pid) if caller is not None and request.get("end_with_caller") else None
+        self.tenancy.record(handle.id, handle.dir, owner, link)
+        if link is not None or (caller is not None and request.get("end_with_caller")):
+            self.tenancy.watch(handle.id, link or Link(caller.pid, -1), self._caller_exited)
         self._refill_soon()
         return self.describe(handle)
 
@@ -682,8 +717,10 @@ class SandboxManager:
                         if os.stat(d).st_mtime < cutoff:
                             shutil.rmtree(d, ignore_errors=True)
                             del self.ended[sandbox_id]
+                            self.tenancy.forget(sandbox_id)
                     except FileNotFoundError:
                         self.ended.pop(sandbox_id, None)
+                        self.tenancy.forget(sandbox_id)
             except Exception:
                 log.exception("reaper pass failed")
 

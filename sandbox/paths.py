@@ -1,8 +1,9 @@
 """Where the service keeps its state, and the layout inside it.
 
 state/
-  token                  bearer token (0600)
-  server.json            the running server's pid and address
+  token                  bearer token (0600), needed on TCP only
+  server.sock            the server's unix socket (0600: only its owner connects)
+  server.json            the running server's pid, socket and TCP address if any
   images/NAME/           built images (read-only once image.json exists)
   runtime/HASH/          the in-sandbox runtime, copied where sandbox uids can read it
   sandboxes/ID/          one per sandbox (0711): spec.json, state.json, control.sock (0600),
@@ -18,11 +19,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+SOCKET_NAME = "server.sock"
+
 
 def default_state_dir() -> str:
-    env = os.environ.get("SANDBOX_KERNEL_STATE_DIR")
+    env = os.environ.get("SANDBOX_KERNEL_STATE_DIR", "").strip()
     if env:
-        return os.path.abspath(env)
+        return os.path.abspath(os.path.expanduser(env))
     if os.geteuid() == 0:
         return "/var/lib/sandbox-kernel"
     base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
@@ -44,6 +47,12 @@ class StateDir:
     @property
     def server_file(self) -> str:
         return os.path.join(self.root, "server.json")
+
+    @property
+    def socket_file(self) -> str:
+        """Where this state directory's server listens: every client on this machine finds
+        the server of a state directory here, and only that one (see sandbox/endpoint.py)."""
+        return os.path.join(self.root, SOCKET_NAME)
 
     @property
     def images(self) -> str:

@@ -86,6 +86,8 @@ CREATE = {
     "pids": Field(int, minimum=16, maximum=1 << 22),
     "disk_mb": Field(int, minimum=16, maximum=1 << 24),
     "metadata": Field(dict, description="Free-form labels, returned as given."),
+    "end_with_caller": Field(bool, description="End the sandbox as soon as the process that created it exits "
+                                               "(unix socket only: the kernel's link; default false)."),
 }
 EXECUTE = {
     "code": Field(str, required=True, max_length=1 << 20),

@@ -1,8 +1,14 @@
 """Starting the service: protections check, token, image, then uvicorn until SIGTERM.
 
+The server listens on its state directory's unix socket (``STATE/server.sock``: 0600 for a
+per-user server, 0666 for a ``--multi-user`` one, where each request is tied to the caller's
+uid), and on TCP only when a port or host is given (the bearer token is needed there). One
+server per state directory: a second one refuses to start while the first answers.
+
 On SIGTERM (or Ctrl-C) the server stops accepting, ends running executes with a clear
-``server_shutdown`` event, and leaves every sandbox running under its supervisor for the
-next server to re-adopt (unless ``--delete-on-shutdown``).
+``server_shutdown`` event, ends its warm pool's sandboxes (they hold nobody's state), and
+leaves every other sandbox running under its supervisor for the next server to re-adopt
+(unless ``--delete-on-shutdown``); it says which it kept.
 """
 
 from __future__ import annotations
@@ -12,13 +18,17 @@ import logging
 import os
 import secrets
 import signal
+import socket
+import stat
 import sys
 
 import uvicorn
 
 from . import doctor, statefile, testonly
 from .api import build_app
+from .auth import with_peer_credentials
 from .config import ServiceConfig
+from .endpoint import EndpointError, unix
 from .manager import SandboxManager
 from .paths import StateDir, world_reachable
 
@@ -51,6 +61,59 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class AlreadyServing(RuntimeError):
+    """Another server answers on this state directory's socket."""
+
+
+def bind_unix(path: str, mode: int) -> socket.socket:
+    """Bind the state directory's socket with ``mode`` from the start (umask, not a chmod
+    after the fact: no moment when others could connect). A stale socket left by a killed
+    server is replaced; a live one means a server already serves this state directory."""
+    unix(path)  # too long a path: a clear error rather than bind's "AF_UNIX path too long"
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        existing = None
+    if existing is not None:
+        if not stat.S_ISSOCK(existing.st_mode):
+            raise AlreadyServing(f"{path} exists and is not a socket; remove it if it is stale")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            os.unlink(path)
+        else:
+            raise AlreadyServing(f"a sandbox server already listens on {path}")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o777 & ~mode)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, mode)
+    # Listening at once: while the image builds, connections wait in the backlog, so a
+    # second server's probe above sees this one instead of taking the socket over.
+    sock.listen(2048)
+    return sock
+
+
+def bind_tcp(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family)
+
+
+def _http_protocol() -> type:
+    """uvicorn's protocol class (httptools if installed, as its "auto"), wrapped to record
+    each unix-socket connection's peer credentials."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as protocol
+    return with_peer_credentials(protocol)
+
+
 class _Server(uvicorn.Server):
     manager: SandboxManager
 
@@ -64,8 +127,9 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    if not is_loopback(config.host) and not config.token:
-        out(f"refusing to listen on {config.host}: a non-loopback address needs an explicit token "
+    tcp = config.tcp
+    if tcp is not None and not is_loopback(tcp[0]) and not config.token:
+        out(f"refusing to listen on {tcp[0]}: a non-loopback address needs an explicit token "
             "(set SANDBOX_KERNEL_TOKEN or --token)")
         return 2
     conflicts = config.defaults_over_maxima()
@@ -75,6 +139,10 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     refusal = testonly.refusal(config)
     if refusal:
         out(refusal)
+        return 2
+    if config.multi_user and os.geteuid() != 0:
+        out("refusing --multi-user as a non-root user: a shared server runs as root, so that each sandbox "
+            "gets a uid of its own and cgroup limits; run it from the systemd unit in README")
         return 2
     items = doctor.report(config)
     missing = doctor.missing(items)
@@ -94,28 +162,66 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
                 "choose another with --state-dir (e.g. /var/lib/sandbox-kernel)")
             return 2
     token = ensure_token(state, config.token)
-    manager = SandboxManager(config)
-    manager.protections = items  # probed once: /v1/info must not spawn a bwrap per request
-    manager.prepare(progress=out)
-    app = build_app(manager, token)
-    server = _Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level,
+    try:
+        # Bound before the image build: a second server for this state directory learns
+        # at once that there is one, and a kernel's socket is there to wait on.
+        listeners = [bind_unix(state.socket_file, 0o666 if config.multi_user else 0o600)]
+    except (AlreadyServing, EndpointError, OSError) as exc:
+        out(f"not starting: {exc}")
+        return 2
+    socket_inode = os.stat(state.socket_file).st_ino
+    url = None
+    try:
+        if tcp is not None:
+            listeners.append(bind_tcp(*tcp))
+            url = f"http://{tcp[0]}:{tcp[1]}" if ":" not in tcp[0] else f"http://[{tcp[0]}]:{tcp[1]}"
+        manager = SandboxManager(config)
+        manager.protections = items  # probed once: /v1/info must not spawn a bwrap per request
+        manager.prepare(progress=out)
+    except BaseException as exc:
+        for sock in listeners:
+            sock.close()
+        _unlink_if_ours(state.socket_file, socket_inode)
+        if isinstance(exc, OSError):
+            out(f"not starting: cannot listen on {url or tcp}: {exc.strerror or exc}")
+            return 2
+        raise
+    app = build_app(manager, token, multi_user=config.multi_user)
+    server = _Server(uvicorn.Config(app, log_level=log_level, http=_http_protocol(),
                                     timeout_graceful_shutdown=10, access_log=log_level == "debug"))
     server.manager = manager
-    statefile.write_json(state.server_file, {"pid": os.getpid(), "url": f"http://{config.host}:{config.port}"}, mode=0o644)
-    out(f"sandbox server on http://{config.host}:{config.port} (state: {state.root}; "
+    statefile.write_json(state.server_file, {"pid": os.getpid(), "socket": state.socket_file, "url": url,
+                                             "multi_user": config.multi_user}, mode=0o644)
+    where = f"unix:{state.socket_file}" + (f" and {url}" if url else "")
+    out(f"sandbox server on {where} (state: {state.root}{'; multi-user' if config.multi_user else ''}; "
         f"isolation: {', '.join(i['name'] + ' ' + i['status'] for i in items if i['status'] != 'in force') or 'all protections in force'})")
     # uvicorn re-raises the SIGTERM it handled once shutdown is complete, which would kill
     # this process before the clean-up below (exit status -15, stale server.json): a no-op
     # handler turns that into a normal return and exit status 0.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        server.run()
+        server.run(sockets=listeners)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        _unlink_if_ours(state.socket_file, socket_inode)
         try:
             cur = statefile.read_json(state.server_file) or {}
             if cur.get("pid") == os.getpid():
                 os.unlink(state.server_file)
         except OSError:
             pass
+    if manager.kept:
+        out(f"stopped; kept {len(manager.kept)} sandbox(es) running for the next server to re-adopt "
+            f"(they end at their TTL; `sandbox-kernel rm ID` ends one): {', '.join(manager.kept)}")
+    else:
+        out("stopped; no sandbox left running")
     return 0
+
+
+def _unlink_if_ours(path: str, inode: int) -> None:
+    """Remove our socket, not one a newer server has bound since."""
+    try:
+        if os.lstat(path).st_ino == inode:
+            os.unlink(path)
+    except OSError:
+        pass

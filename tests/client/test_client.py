@@ -267,10 +267,18 @@ def test_resolve_finds_url_and_token(tmp_path, monkeypatch):
     monkeypatch.delenv("SANDBOX_KERNEL_TOKEN", raising=False)
     monkeypatch.setenv("SANDBOX_KERNEL_STATE_DIR", str(tmp_path))
     config = resolve()
-    assert config.url == "http://127.0.0.1:8765"
+    # The state directory's own server, on its socket: no token needed there.
+    assert config.url == f"unix:{tmp_path}/server.sock" and config.socket == f"{tmp_path}/server.sock"
+    assert config.token is None
+    other = tmp_path / "other"
+    assert resolve(state_dir=other).socket == f"{other}/server.sock"
+    config = resolve(url="http://127.0.0.1:9")
     assert config.token is None and str(tmp_path / "token") in config.token_source
     (tmp_path / "token").write_text("from-file\n")
-    assert resolve().token == "from-file"
+    assert resolve(url="http://127.0.0.1:9").token == "from-file"
+    assert resolve(url="unix:///run/x.sock").socket == "/run/x.sock"
+    with pytest.raises(InvalidRequest, match="unix:/path"):
+        resolve(url="ftp://nowhere")
     monkeypatch.setenv("SANDBOX_KERNEL_TOKEN", "from-env")
     monkeypatch.setenv("SANDBOX_KERNEL_URL", "http://example.invalid:1/")
     config = resolve()

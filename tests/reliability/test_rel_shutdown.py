@@ -18,10 +18,14 @@ LONG_CELL = rs.long_cell(20)
 
 
 def test_sigterm_ends_streams_cleanly_and_keeps_sandboxes_for_readoption(spawn_server):
-    server = spawn_server()
+    server = spawn_server("--pool-size", "1")
     with server.client() as c:
         sid = support.create(c)["id"]
         support.ok(support.execute(c, sid, "y = 7"))
+        # the pool's replacement for a claimed (or cold) sandbox: it holds nobody's state
+        pooled = support.wait_for(lambda: [i for i in support.sandbox_ids(server.state_dir) if i != sid
+                                           and support.read_state(server, i).get("state") == "pooled"], 60)
+        assert pooled, c.get("/v1/info").json()
     supervisor = support.supervisor_pid(server, sid)
     thread, out = rs.stream_in_thread(server, sid, LONG_CELL)
     assert out["started"].wait(30), out
@@ -41,6 +45,13 @@ def test_sigterm_ends_streams_cleanly_and_keeps_sandboxes_for_readoption(spawn_s
     assert out["ended"] - sent < 15
     assert server.wait(15) == 0
     assert not (server.state_dir / "server.json").exists()  # the clean-up after run() ran
+    assert not (server.state_dir / "server.sock").exists()
+    # The warm pool ended with the server; the user's sandbox kept, and the server said so.
+    for i in pooled:
+        assert support.read_state(server, i).get("state") == "deleted", support.read_state(server, i)
+        assert not support.processes_of(server.state_dir / "sandboxes" / i, [i])
+    assert f"kept 1 sandbox(es) running for the next server to re-adopt" in server.log_text()
+    assert sid in server.log_text().rsplit("kept 1 sandbox(es)", 1)[1]
     print(f"\nSIGTERM: stream ended after {out['ended'] - sent:.2f} s, server exited 0")
 
     assert support.is_supervisor(supervisor, server.state_dir / "sandboxes" / sid), \

@@ -1073,12 +1073,12 @@ print("planted")
 
 
 def test_p20_token_compared_in_constant_time():
-    from sandbox import api
+    from sandbox import auth
 
-    source = inspect.getsource(api.TokenAuth)
+    source = inspect.getsource(auth.Auth)
     assert "hmac.compare_digest(" in source, source
     assert not re.search(r"(given|token|expected)\s*[!=]=", source), source
-    outcome(20, "constant-time token check", "TokenAuth uses hmac.compare_digest, no == on the token")
+    outcome(20, "constant-time token check", "Auth uses hmac.compare_digest, no == on the token")
 
 
 def test_p20_token_file_is_private():
