@@ -1,0 +1,138 @@
+"""Many users on one machine, with real Unix accounts (``useradd``, ``runuser``).
+
+- A system-wide server (``serve --multi-user``, as root) ties each request on its socket to
+  the caller's uid (SO_PEERCRED): a user lists, runs code in, reads files of and deletes only
+  their own sandboxes; another user's id answers 404 exactly like an unknown one.
+- A per-user server's socket (0600) cannot even be connected to by another user.
+
+The test users run Debian's /usr/bin/python3 (root's interpreter is under /root, 0700) with
+a standard-library client (peer_request.py), so no per-user environment is built here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+import support
+
+pytestmark = pytest.mark.slow
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _skip_unless_possible() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("creating test users needs root")
+    for tool in ("useradd", "userdel", "runuser"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"{SYSTEM_PYTHON} is missing: the test users need an interpreter they may run")
+
+
+@pytest.fixture(scope="module")
+def users() -> list[str]:
+    """Two fresh unprivileged accounts with private homes, removed afterwards."""
+    _skip_unless_possible()
+    made = []
+    try:
+        for tag in ("a", "b"):
+            name = f"sbk{tag}{secrets.token_hex(3)}"
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True, capture_output=True)
+            made.append(name)
+            home = pathlib.Path(os.path.expanduser(f"~{name}"))
+            home.chmod(0o700)
+        yield made
+    finally:
+        for name in made:
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+            subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def client_script() -> pathlib.Path:
+    """peer_request.py where every user can read it (the checkout may be under /root)."""
+    d = pathlib.Path(tempfile.mkdtemp(prefix="sbk-peer-", dir="/tmp"))
+    d.chmod(0o755)
+    script = d / "peer_request.py"
+    shutil.copy(pathlib.Path(__file__).with_name("peer_request.py"), script)
+    script.chmod(0o644)
+    yield script
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def as_user(user: str, script: pathlib.Path, sock: pathlib.Path, method: str, path: str,
+            body: dict | None = None) -> dict:
+    argv = ["runuser", "-u", user, "--", SYSTEM_PYTHON, str(script), str(sock), method, path]
+    if body is not None:
+        argv.append(json.dumps(body))
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd="/")
+    assert r.returncode == 0, r
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def shared_server(sandbox_server: support.Server) -> support.Server:
+    state = support.make_state_dir("sbk-mu-", images_from=sandbox_server.state_dir)
+    server = support.Server(state, "--multi-user", "--pool-size", "0", token=secrets.token_hex(16))
+    with server:
+        yield server
+
+
+def test_shared_server_ties_each_request_to_its_user(users, client_script, shared_server):
+    alice, bob = users
+    sock = shared_server.state_dir / "server.sock"
+    assert oct(os.stat(sock).st_mode & 0o777) == "0o666"
+
+    def call(user, method, path, body=None):
+        return as_user(user, client_script, sock, method, path, body)
+
+    created = call(alice, "POST", "/v1/sandboxes", {"ttl_seconds": 600})
+    assert created["status"] == 201, created
+    sid = created["body"]["id"]
+    ran = call(alice, "POST", f"/v1/sandboxes/{sid}/execute", {"code": "secret = 'alice-41'; open('notes.txt', 'w').write(secret)"})
+    assert ran["status"] == 200 and ran["body"][-1]["status"] == "ok", ran
+    assert [f["path"] for f in call(alice, "GET", f"/v1/sandboxes/{sid}/files")["body"]["files"]] == ["notes.txt"]
+
+    # Bob: alice's sandbox is not there, answered exactly as an unknown id.
+    unknown = call(bob, "GET", "/v1/sandboxes/sbx-0000000000000000")
+    assert unknown["status"] == 404
+    assert call(bob, "GET", "/v1/sandboxes")["body"]["sandboxes"] == []
+    for method, path, body in [("GET", "", None), ("POST", "/execute", {"code": "print(secret)"}),
+                               ("GET", "/files", None), ("GET", "/files/notes.txt", None),
+                               ("POST", "/renew", {}), ("POST", "/interrupt", None), ("DELETE", "", None)]:
+        answer = call(bob, method, f"/v1/sandboxes/{sid}{path}", body)
+        assert answer["status"] == 404, (method, path, answer)
+        assert answer["body"]["error"]["message"] == unknown["body"]["error"]["message"].replace(
+            "sbx-0000000000000000", sid), answer
+    assert call(bob, "DELETE", "/v1/images/default")["status"] == 403
+
+    # Bob's own sandbox works, and alice does not see it.
+    bobs = call(bob, "POST", "/v1/sandboxes", {"ttl_seconds": 600})
+    assert bobs["status"] == 201, bobs
+    assert [s["id"] for s in call(bob, "GET", "/v1/sandboxes")["body"]["sandboxes"]] == [bobs["body"]["id"]]
+    assert [s["id"] for s in call(alice, "GET", "/v1/sandboxes")["body"]["sandboxes"]] == [sid]
+    assert call(alice, "GET", f"/v1/sandboxes/{bobs['body']['id']}")["status"] == 404
+
+    # Alice's sandbox survived bob's attempts; the administrator (token, TCP) sees both.
+    again = call(alice, "POST", f"/v1/sandboxes/{sid}/execute", {"code": "secret"})
+    assert again["body"][-1]["status"] == "ok" and "alice-41" in json.dumps(again["body"]), again
+    with shared_server.client() as admin:
+        assert {s["id"] for s in admin.get("/v1/sandboxes").json()["sandboxes"]} == {sid, bobs["body"]["id"]}
+    assert call(alice, "DELETE", f"/v1/sandboxes/{sid}")["status"] == 200
+
+
+def test_a_per_user_socket_refuses_other_users(users, client_script, sandbox_server):
+    """The session server (root's, per-user): another user cannot connect at all."""
+    sock = sandbox_server.state_dir / "server.sock"
+    assert oct(os.stat(sock).st_mode & 0o777) == "0o600"
+    answer = as_user(users[1], client_script, sock, "GET", "/v1/sandboxes")
+    assert answer.get("error", "").startswith("PermissionError"), answer
