@@ -41,7 +41,9 @@ HELP = {
     "push": "%push LOCAL [DEST]: upload local files (globs like data/*.csv, directories) into /workspace",
     "pull": "%pull REMOTE [LOCAL]: download files (globs like out/*.png) from /workspace",
     "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits and isolation",
-    "ttl": "%ttl: show the time left; %ttl renew [SECONDS]: push expiry back",
+    "ttl": "%ttl: show the time left; %ttl renew: restart the countdown at the current TTL; "
+           "%ttl extend SECONDS: expire that far from now, once (the TTL each cell renews to is unchanged); "
+           "%ttl set SECONDS: change the TTL each cell renews to",
 }
 
 
@@ -436,16 +438,27 @@ async def _ttl(args: list[str], host: MagicHost) -> None:
         info = await sbx.refresh()
         host.stdout(f"TTL: {ttl_line(info)}\n")
         return
-    if args[0] != "renew" or len(args) > 2:
+    verb = args[0]
+    if verb not in ("renew", "extend", "set") or len(args) > 2 or (verb != "renew" and len(args) != 2):
         raise MagicError("UsageError", HELP["ttl"])
     seconds: int | None = None
     if len(args) == 2:
         try:
             seconds = int(args[1])
         except ValueError:
-            raise MagicError("UsageError", f"%ttl renew: {args[1]!r} is not a number of seconds") from None
-    info = await sbx.renew(seconds)
-    host.stdout(f"renewed. TTL: {ttl_line(info)}\n")
+            raise MagicError("UsageError", f"%ttl {verb}: {args[1]!r} is not a number of seconds") from None
+    if verb == "extend":
+        info = await sbx.renew(extend_seconds=seconds)
+        host.stdout(f"extended once to {format_duration(seconds)} from now (each cell still renews to "
+                    f"{format_duration(info.ttl_seconds or 0)}). TTL: {ttl_line(info)}\n")
+    elif seconds is not None:  # `set N`, and `renew N` as it always meant
+        info = await sbx.renew(seconds)
+        host.stdout(f"TTL set to {format_duration(seconds)}: this and every later cell renew expiry to "
+                    f"{format_duration(seconds)} ahead (to push expiry back once instead: %ttl extend SECONDS). "
+                    f"TTL: {ttl_line(info)}\n")
+    else:
+        info = await sbx.renew()
+        host.stdout(f"renewed. TTL: {ttl_line(info)}\n")
 
 
 # --------------------------------------------------------------------------- completion

@@ -1184,10 +1184,13 @@ class Sandbox:
         body = self._transport.request("POST", f"/v1/sandboxes/{self.id}/interrupt")
         return bool((body or {}).get("interrupted"))
 
-    def renew(self, ttl_seconds: int | None = None) -> SandboxInfo:
-        """Push expiry back by `ttl_seconds` (default: the sandbox's own TTL), within the
-        hard cap of its max lifetime."""
-        body = _create_body(ttl_seconds=ttl_seconds)
+    def renew(self, ttl_seconds: int | None = None, *, extend_seconds: int | None = None) -> SandboxInfo:
+        """Restart the countdown at the sandbox's TTL, within the hard cap of its max lifetime.
+
+        `ttl_seconds` changes the sliding TTL itself (every later execute renews to it);
+        `extend_seconds` pushes expiry that far ahead once, leaving the TTL as it is.
+        """
+        body = _create_body(ttl_seconds=ttl_seconds, extend_seconds=extend_seconds)
         self._info = SandboxInfo.from_dict(self._transport.request("POST", f"/v1/sandboxes/{self.id}/renew", json=body))
         return self._info
 
@@ -1590,8 +1593,8 @@ class AsyncSandbox:
         body = await self._transport.request("POST", f"/v1/sandboxes/{self.id}/interrupt")
         return bool((body or {}).get("interrupted"))
 
-    async def renew(self, ttl_seconds: int | None = None) -> SandboxInfo:
-        body = _create_body(ttl_seconds=ttl_seconds)
+    async def renew(self, ttl_seconds: int | None = None, *, extend_seconds: int | None = None) -> SandboxInfo:
+        body = _create_body(ttl_seconds=ttl_seconds, extend_seconds=extend_seconds)
         self._info = SandboxInfo.from_dict(
             await self._transport.request("POST", f"/v1/sandboxes/{self.id}/renew", json=body)
         )

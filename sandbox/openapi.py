@@ -116,11 +116,11 @@ def openapi_document() -> dict:
         "/v1/images": {
             "get": _op("List images", errors=(401,)),
             "post": _op("Build an image (progress streams as NDJSON)", body=_json_body(schemas.IMAGE_BUILD),
-                        content="application/x-ndjson", errors=(400, 401, 413, 422)),
+                        content="application/x-ndjson", errors=(400, 401, 403, 413, 422)),
         },
         "/v1/images/{name}": {
             "get": _op("One image", params=[IMAGE_NAME], errors=(401, 404)),
-            "delete": _op("Remove an image not in use", params=[IMAGE_NAME], errors=(400, 401, 404, 409)),
+            "delete": _op("Remove an image not in use", params=[IMAGE_NAME], errors=(400, 401, 403, 404, 409)),
         },
     }
     return {

@@ -108,7 +108,12 @@ COMMAND = {
     "timeout_seconds": Field(float, minimum=0.1, maximum=DAY,
                              description="Wall time before the command is stopped (SIGTERM, then SIGKILL); up to 24 h."),
 }
-RENEW = {"ttl_seconds": Field(int, minimum=1, maximum=14 * DAY)}
+RENEW = {
+    "ttl_seconds": Field(int, minimum=1, maximum=14 * DAY,
+                         description="Change the sliding TTL: from now on every execute renews to this."),
+    "extend_seconds": Field(int, minimum=1, maximum=14 * DAY,
+                            description="Push expiry this far ahead once; the sliding TTL is unchanged."),
+}
 COMPLETE = {"code": Field(str, required=True, max_length=1 << 20), "cursor_pos": Field(int, minimum=0, maximum=1 << 20)}
 INSPECT = {**COMPLETE, "detail_level": Field(int, minimum=0, maximum=1)}
 IS_COMPLETE = {"code": Field(str, required=True, max_length=1 << 20)}

@@ -160,9 +160,11 @@ class Supervisor:
         return s
 
     def touch(self) -> None:
-        """Slide the TTL: every execute and every renew pushes expiry out, never past the cap."""
+        """Slide the TTL: every execute and every renew pushes expiry out, never past the cap,
+        and never before a one-off extension (renew's extend_seconds) runs out."""
         now = time.time()
-        self.state["expires_at"] = min(now + self.state["ttl_seconds"], self.state["max_expires_at"])
+        expires = max(now + self.state["ttl_seconds"], self.state.get("extended_until") or 0)
+        self.state["expires_at"] = min(expires, self.state["max_expires_at"])
 
     # ---------------------------------------------------------------- startup
     def _limits_for_rlimits(self, support: cgroups.CgroupSupport) -> list[tuple[int, int]]:
@@ -555,8 +557,13 @@ class Supervisor:
         return {"ok": True, "state": self.public_state()}
 
     async def op_renew(self, request: dict) -> dict:
+        """``ttl_seconds`` changes the sliding TTL (and drops an extension: expiry is then
+        exactly that far ahead); ``extend_seconds`` pushes expiry that far ahead once."""
         if request.get("ttl_seconds"):
             self.state["ttl_seconds"] = int(request["ttl_seconds"])
+            self.state.pop("extended_until", None)
+        if request.get("extend_seconds"):
+            self.state["extended_until"] = time.time() + int(request["extend_seconds"])
         self.touch()
         self.save()
         return {"ok": True, "state": self.public_state()}

@@ -483,14 +483,31 @@ def test_ttl_shows_and_renews(kc, kernel_env):
     run = run_cell(kc, "%ttl")
     assert run.status == "ok"
     assert "left" in run.stdout
-    run = run_cell(kc, "%ttl renew 120")
-    assert run.status == "ok", run.errors
-    assert "renewed" in run.stdout
     sid = sandbox_id(kc)
-    left = Sandbox.connect(
-        sid, url=kernel_env["SANDBOX_KERNEL_URL"], token=kernel_env["SANDBOX_KERNEL_TOKEN"]
-    ).info.ttl_left()
-    assert left is not None and 60 < left <= 121
+
+    def info():
+        return Sandbox.connect(sid, url=kernel_env["SANDBOX_KERNEL_URL"], token=kernel_env["SANDBOX_KERNEL_TOKEN"]).info
+
+    ttl = info().ttl_seconds
+    # extend: expiry pushed far out once; the TTL each cell renews to is unchanged, and a
+    # later cell does not pull expiry back in.
+    run = run_cell(kc, f"%ttl extend {ttl + 7200}")
+    assert run.status == "ok", run.errors
+    assert "extended once" in run.stdout and "each cell still renews to" in run.stdout, run.stdout
+    assert run_cell(kc, "1").status == "ok"
+    now = info()
+    assert now.ttl_seconds == ttl and now.ttl_left() > ttl + 7000, now
+    # set: the sliding TTL itself changes, and the extension is dropped.
+    run = run_cell(kc, "%ttl set 120")
+    assert run.status == "ok", run.errors
+    assert "TTL set to 2m 00s" in run.stdout and "every later cell" in run.stdout, run.stdout
+    now = info()
+    assert now.ttl_seconds == 120 and 60 < now.ttl_left() <= 121, now
+    # renew N: what it always meant (sets the TTL), and it says so
+    run = run_cell(kc, "%ttl renew 300")
+    assert "TTL set to 5m 00s" in run.stdout and "%ttl extend" in run.stdout, run.stdout
+    assert info().ttl_seconds == 300
+    assert run_cell(kc, "%ttl extend").status == "error"
 
 
 def test_magic_lines_then_code_in_one_cell_keep_line_numbers(kc):
