@@ -4,9 +4,14 @@
   the caller's uid (SO_PEERCRED): a user lists, runs code in, reads files of and deletes only
   their own sandboxes; another user's id answers 404 exactly like an unknown one.
 - A per-user server's socket (0600) cannot even be connected to by another user.
+- Two users, each starting sandbox kernels through jupyter_client on the embedded default
+  at the same time: each gets a server of their own (one, even for two kernels at once),
+  and neither reaches the other's server, sandboxes or files.
 
-The test users run Debian's /usr/bin/python3 (root's interpreter is under /root, 0700) with
-a standard-library client (peer_request.py), so no per-user environment is built here.
+The test users run Debian's /usr/bin/python3 (root's interpreter is under /root, 0700): the
+HTTP checks with a standard-library client (peer_request.py); the kernels from a venv built
+once per module with that interpreter in a world-readable directory (pip's cache keeps it
+to about a minute).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
+import threading
 import secrets
 import shutil
 import subprocess
@@ -136,3 +143,97 @@ def test_a_per_user_socket_refuses_other_users(users, client_script, sandbox_ser
     assert oct(os.stat(sock).st_mode & 0o777) == "0o600"
     answer = as_user(users[1], client_script, sock, "GET", "/v1/sandboxes")
     assert answer.get("error", "").startswith("PermissionError"), answer
+
+
+@pytest.fixture(scope="module")
+def user_venv() -> pathlib.Path:
+    """The project installed (not editable: the checkout may be unreadable to others) into
+    a venv of /usr/bin/python3 that every user can run."""
+    _skip_unless_possible()
+    root = pathlib.Path(tempfile.mkdtemp(prefix="sbk-uvenv-", dir="/tmp"))
+    try:
+        src = root / "src"
+        for part in ("sandbox", "kernel", "kernelspec"):
+            shutil.copytree(support.REPO / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
+        for part in ("pyproject.toml", "README.md"):
+            shutil.copy(support.REPO / part, src / part)
+        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(root / "venv")], check=True, capture_output=True)
+        r = subprocess.run([str(root / "venv/bin/pip"), "install", "-q", "--disable-pip-version-check", str(src)],
+                           capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
+        shutil.copy(pathlib.Path(__file__).with_name("user_kernels.py"), root / "user_kernels.py")
+        subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
+        root.chmod(0o755)
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def seed_images(user: str, sandbox_server: support.Server) -> pathlib.Path:
+    """The user's default state directory, with the session's image borrowed (as
+    make_state_dir does), so that each user's first kernel does not build one."""
+    home = pathlib.Path(os.path.expanduser(f"~{user}"))
+    state = home / ".local/share/sandbox-kernel"
+    dest = state / "images/default"
+    dest.mkdir(parents=True)
+    shutil.copy(sandbox_server.state_dir / "images/default/image.json", dest / "image.json")
+    subprocess.run(["chown", "-R", f"{user}:", str(home / ".local")], check=True)
+    return state
+
+
+def test_two_users_kernels_on_the_embedded_default(users, user_venv, sandbox_server):
+    states = {user: seed_images(user, sandbox_server) for user in users}
+    outputs: dict[str, subprocess.CompletedProcess] = {}
+
+    def start(user: str, other: str, count: int) -> None:
+        outputs[user] = subprocess.run(
+            ["runuser", "-u", user, "--", str(user_venv / "venv/bin/python"), str(user_venv / "user_kernels.py"),
+             str(count), str(states[other])],
+            capture_output=True, text=True, timeout=1200, cwd="/", env={"PATH": "/usr/bin:/bin", "HOME": os.path.expanduser(f"~{user}")})
+
+    alice, bob = users
+    try:
+        # Both users at once; alice with two kernels at once, which must share one server.
+        threads = [threading.Thread(target=start, args=(alice, bob, 2)), threading.Thread(target=start, args=(bob, alice, 1))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        for user in users:
+            proc = outputs[user]
+            assert proc.returncode == 0 and "RESULT " in proc.stdout, (user, proc.stdout[-3000:], proc.stderr[-3000:])
+        results = {user: json.loads(outputs[user].stdout.split("RESULT ", 1)[1]) for user in users}
+        assert len(results[alice]) == 2 and len(results[bob]) == 1
+        for user in users:
+            for r in results[user]:
+                assert r["cell"] == "answer 42\n", (user, r)
+                # each kernel talks to its own user's socket, no other
+                assert f"server     unix:{states[user]}/server.sock" in r["sandbox"], (user, r["sandbox"])
+                assert r["probe"] == "refused\n", (user, r)
+                assert re.search(r"^isolation .*own user namespace", r["sandbox"], re.M), r["sandbox"]
+        for user in users:
+            log = (states[user] / "server.log").read_text(errors="replace")
+            assert log.count("--- started by kernel pid") == 1, log[-3000:]  # alice's two kernels: one server
+            sock = states[user] / "server.sock"
+            owner = os.stat(sock).st_uid
+            assert owner == int(subprocess.run(["id", "-u", user], capture_output=True, text=True).stdout)
+        # Bob cannot reach alice's server even by its path.
+        probe = subprocess.run(["runuser", "-u", bob, "--", SYSTEM_PYTHON, "-c",
+                                f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(states[alice] / 'server.sock')!r})"],
+                               capture_output=True, text=True)
+        assert probe.returncode != 0 and "PermissionError" in probe.stderr, probe
+        # Shut-down kernels left no sandbox running.
+        for user in users:
+            live = [d.name for d in (states[user] / "sandboxes").iterdir()
+                    if json.loads((d / "state.json").read_text()).get("state") == "running"]
+            assert not live, (user, live)
+    finally:
+        for user in users:
+            state = states[user]
+            try:
+                pid = json.loads((state / "server.json").read_text())["pid"]
+                os.kill(pid, 15)
+                support.wait_for(lambda: not support.pid_alive(pid), 30)
+            except (OSError, ValueError, KeyError):
+                pass
+            support.sweep(state)
