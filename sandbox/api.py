@@ -132,11 +132,12 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
     async def renew(request: Request):
         handle = live(request)
         data = await body(request, schemas.RENEW)
-        if data.get("ttl_seconds", 0) > config.max_ttl_seconds:
-            raise ApiError(422, "limit_exceeded", f"ttl_seconds {data['ttl_seconds']} is more than a sandbox may have here "
-                           f"(at most {config.max_ttl_seconds}, max_ttl_seconds)",
-                           extra={"exceeded": {"ttl_seconds": {"requested": data["ttl_seconds"], "allowed": config.max_ttl_seconds,
-                                                               "set_by": "max_ttl_seconds"}}})
+        for key in ("ttl_seconds", "extend_seconds"):  # an extension is a TTL, once
+            if data.get(key, 0) > config.max_ttl_seconds:
+                raise ApiError(422, "limit_exceeded", f"{key} {data[key]} is more than a sandbox may have here "
+                               f"(at most {config.max_ttl_seconds}, max_ttl_seconds)",
+                               extra={"exceeded": {key: {"requested": data[key], "allowed": config.max_ttl_seconds,
+                                                         "set_by": "max_ttl_seconds"}}})
         await manager.call(handle, {"op": "renew", **data})
         return JSONResponse(manager.describe(handle))
 
