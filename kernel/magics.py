@@ -373,8 +373,10 @@ def describe_isolation(iso: dict[str, t.Any]) -> list[str]:
         first.append("seccomp on" if iso["seccomp"] else "seccomp OFF")
     if iso.get("user_namespace"):
         first.append("own user namespace")
-    if "host_uid" in iso:
+    if iso.get("host_uid") is not None:
         first.append(f"host uid {iso['host_uid']}")
+    elif "host_uid" in iso:  # a server not run as root: weaker, and said so
+        first.append("runs as your own uid (no uid of its own: the server is not root)")
     if first:
         lines.append(", ".join(first))
     enforced = [f"{k} by {iso[k]}" for k in ("memory", "pids", "cpu") if iso.get(k)]
