@@ -9,7 +9,8 @@ Environment:
 - SANDBOX_KERNEL_TEST_URL / SANDBOX_KERNEL_TEST_TOKEN: use a server that is already
   running instead of starting one (faster when iterating).
 - SANDBOX_KERNEL_TEST_STATE_DIR: state directory for the session's server, kept between
-  runs so that its image is built once; default: a fresh temporary directory.
+  runs so that its image is built once; default: a fresh temporary directory. One server
+  per state directory: two test runs at once need two directories.
 - SANDBOX_KERNEL_TEST_KEEP_STATE=1: keep that fresh directory too.
 - SANDBOX_KERNEL_TEST_START_TIMEOUT: seconds a server may take to start (its first start
   builds the default image).

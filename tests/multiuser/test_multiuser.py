@@ -187,7 +187,7 @@ def test_two_users_kernels_on_the_embedded_default(users, user_venv, sandbox_ser
 
     def start(user: str, other: str, count: int) -> None:
         outputs[user] = subprocess.run(
-            ["runuser", "-u", user, "--", str(user_venv / "venv/bin/python"), str(user_venv / "user_kernels.py"),
+            [shutil.which("runuser"), "-u", user, "--", str(user_venv / "venv/bin/python"), str(user_venv / "user_kernels.py"),
              str(count), str(states[other])],
             capture_output=True, text=True, timeout=1200, cwd="/", env={"PATH": "/usr/bin:/bin", "HOME": os.path.expanduser(f"~{user}")})
 
