@@ -115,6 +115,7 @@ def test_shared_server_ties_each_request_to_its_user(users, client_script, share
     assert call(bob, "GET", "/v1/sandboxes")["body"]["sandboxes"] == []
     for method, path, body in [("GET", "", None), ("POST", "/execute", {"code": "print(secret)"}),
                                ("GET", "/files", None), ("GET", "/files/notes.txt", None),
+                               ("POST", "/commands", {"shell": "cat notes.txt"}), ("GET", "/commands", None),
                                ("POST", "/renew", {}), ("POST", "/interrupt", None), ("DELETE", "", None)]:
         answer = call(bob, method, f"/v1/sandboxes/{sid}{path}", body)
         assert answer["status"] == 404, (method, path, answer)
