@@ -29,8 +29,8 @@ from bench.harness import DEFAULT_STATE_DIR, BenchServer, HostLoad  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
-BENCHMARKS = ["trivial_cell", "first_result", "create", "followup", "files", "density", "concurrency", "load"]
-NUMBER = dict(zip(BENCHMARKS, ["1", "2", "3", "4", "5", "6a", "6b", "7"]))  # as in README.md
+BENCHMARKS = ["trivial_cell", "first_result", "create", "followup", "files", "density", "concurrency", "load", "edge"]
+NUMBER = dict(zip(BENCHMARKS, ["1", "2", "3", "4", "5", "6a", "6b", "7", "8"]))  # as in README.md
 
 FULL = {
     "trivial_cell": {"reps": 200, "warmup": 20},
@@ -41,6 +41,7 @@ FULL = {
     "density": {"n": 10},
     "concurrency": {"levels": [1, 10, 50], "cells": 40, "rounds": 4},
     "load": {"n": 50, "cells": 100},
+    "edge": {"reps": 2},
 }
 QUICK = {
     "trivial_cell": {"reps": 30, "warmup": 5},
@@ -51,6 +52,7 @@ QUICK = {
     "density": {"n": 4},
     "concurrency": {"levels": [1, 5, 10], "cells": 10, "rounds": 2},
     "load": {"n": 10, "cells": 20},
+    "edge": {"reps": 1},
 }
 
 
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     server = BenchServer(args.state_dir, pool_size=2, log=log)
     server.start()
     log(f"  server pid {server.pid} on {server.url}")
-    from bench import kernel_bench, load_bench, service_bench
+    from bench import edge_bench, kernel_bench, load_bench, service_bench
 
     setup = kernel_bench.KernelSetup(server)
     kernel_status: str | None = None
@@ -197,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
         run("concurrency", conc)
         run("load", lambda: load_bench.bench_load(server, fleet, single_p50_ms=single_p50, **params["load"]))
+        run("edge", lambda: edge_bench.bench_edge(server, **params["edge"]))
     finally:
         log("stopping: deleting sandboxes, stopping the server")
         try:

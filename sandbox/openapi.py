@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from . import __version__, schemas
+from .runtime import vocabulary as V
 
 ERROR = {
     "type": "object",
@@ -45,6 +46,36 @@ INFO = {
 }
 COMMAND_ID = {"name": "command_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 IMAGE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
+
+
+_KIND_SCHEMA = {
+    V.Kind.STR: {"type": "string"}, V.Kind.INT: {"type": "integer"}, V.Kind.NUMBER: {"type": "number"},
+    V.Kind.BOOL: {"type": "boolean"}, V.Kind.OBJECT: {"type": "object"},
+    V.Kind.BUNDLE: {"type": "object", "description": "MIME bundle: text for each type, JSON for JSON types"},
+    V.Kind.STR_LIST: {"type": "array", "items": {"type": "string"}},
+}
+
+
+def _field_schema(spec: V.FieldSpec) -> dict:
+    schema = dict(_KIND_SCHEMA[spec.kind])
+    if spec.choices is not None:
+        schema["enum"] = sorted(spec.choices)
+    if spec.nullable:
+        schema = {"oneOf": [schema, {"type": "null"}]}
+    return schema
+
+
+def execute_event_schema() -> dict:
+    """One NDJSON line of an execute, generated from the protocol vocabulary."""
+    variants = []
+    for kind in sorted(V.EXECUTE_EVENTS):
+        fields = {k: f for k, f in V.EVENT_FIELDS[kind].items() if k != "exec"}
+        if kind == V.DONE:
+            fields.update(V.DONE_EXTRA_FIELDS)
+        variants.append({"type": "object", "title": kind,
+                         "required": ["type", *sorted(k for k, f in fields.items() if f.required)],
+                         "properties": {"type": {"const": kind}, **{k: _field_schema(f) for k, f in fields.items()}}})
+    return {"oneOf": variants}
 
 
 def _errors(*codes: int) -> dict:
@@ -90,7 +121,8 @@ def openapi_document() -> dict:
         "/v1/sandboxes/{sandbox_id}/interrupt": {"post": _op("Interrupt the running cell", params=sid)},
         "/v1/sandboxes/{sandbox_id}/execute": {"post": _op("Run code; events stream as NDJSON", params=sid,
                                                            body=_json_body(schemas.EXECUTE), content="application/x-ndjson",
-                                                           errors=(400, 401, 404, 410, 413, 422))},
+                                                           errors=(400, 401, 404, 410, 413, 422),
+                                                           ok_schema={"$ref": "#/components/schemas/ExecuteEvent"})},
         "/v1/sandboxes/{sandbox_id}/commands": {
             "post": _op("Run a program (argv or a shell line) beside the interpreter; start, stdout/stderr "
                         "and done (exit_code, timed_out, duration) stream as NDJSON", params=sid,
@@ -129,7 +161,7 @@ def openapi_document() -> dict:
                  "description": "Stateful Python sandboxes: create, execute (NDJSON events), files, lifecycle."},
         "paths": paths,
         "components": {
-            "schemas": {"Error": ERROR, "Sandbox": {"type": "object", "required": ["id", "state"],
+            "schemas": {"Error": ERROR, "ExecuteEvent": execute_event_schema(), "Sandbox": {"type": "object", "required": ["id", "state"],
                                                     "properties": {"id": {"type": "string"}, "state": {"type": "string"}}}},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

@@ -29,14 +29,21 @@ from datetime import datetime, timezone
 
 from . import statefile, testonly
 from .isolation import bwrap, cgroups, disk
+from .runtime import framecheck
 from .runtime import vocabulary as V
-from .runtime.protocol import ProtocolError, read_frame, write_frame
+from .runtime.protocol import ProtocolError, read_frame, read_payload, write_frame
 
 INTERRUPT_GRACE = 2.0
 SAVE_DELAY = 1.0
 RUNTIME_LOG_BYTES = 1024 * 1024
 RUNTIME_READY_TIMEOUT = 180.0
 MAX_COMMANDS = 16  # running at once per sandbox: each holds a connection and a stream on the host
+# Past its output budget an execute's frames are dropped unread, but for small ones: one of
+# them may be its `done`.
+SMALL_FRAME = 1024
+# The runtime never sends more than an execute's budget between two executes; a sandbox
+# that sends this many times more on its channel is flooding it, and is stopped.
+FLOOD_FACTOR = 4
 
 
 def iso(ts: float | None) -> str | None:
@@ -50,9 +57,27 @@ def describe_mb(mb) -> str:
 
 
 class Execution:
-    def __init__(self, exec_id: str):
+    """One execute in flight: its events on their way to the caller, and its output budget.
+
+    The budget is the supervisor's own, behind the runtime's: the runtime trims its output
+    to the same count, so only frames a cell wrote to the channel itself go past it.
+    """
+
+    def __init__(self, exec_id: str, budget: int):
         self.id = exec_id
         self.events: asyncio.Queue = asyncio.Queue(maxsize=256)
+        self.budget = budget   # frame bytes (framecheck.frame_cost) its output may still take
+        self.dropped = 0       # frame bytes of output dropped past the budget
+        self.cut = False       # the runtime sent an output it had trimmed
+
+    def admit(self, cost: int) -> bool:
+        """Charge an output frame; False (and counted) once the budget is spent."""
+        if cost > self.budget:
+            self.budget = 0
+            self.dropped += cost
+            return False
+        self.budget -= cost
+        return True
 
 
 class CommandRun:
@@ -106,6 +131,7 @@ class Supervisor:
         self.oom_baseline = 0
         self.pids_baseline = 0
         self.save_later: asyncio.TimerHandle | None = None
+        self.channel_bytes = 0  # frame bytes from the runtime since the last execute began
 
     # ------------------------------------------------------------------ state
     @property
@@ -286,7 +312,8 @@ class Supervisor:
             os.close(fd)
         reader, self.channel_writer = await asyncio.open_unix_connection(sock=parent_sock)
         try:
-            ready = await asyncio.wait_for(read_frame(reader), RUNTIME_READY_TIMEOUT)
+            ready = framecheck.load(await asyncio.wait_for(read_payload(reader, framecheck.FRAME_SLACK),
+                                                           RUNTIME_READY_TIMEOUT))
         except (EOFError, asyncio.TimeoutError, ProtocolError) as exc:
             code = await self._exit_code(1.0)
             raise RuntimeError(f"the sandbox runtime did not start ({type(exc).__name__}, exit code {code}); "
@@ -332,36 +359,81 @@ class Supervisor:
                         log.write(b"\n[runtime log truncated]\n")
 
     # ----------------------------------------------------------- runtime side
+    def output_budget(self) -> int:
+        return int(self.spec["limits"]["output_bytes"]) + framecheck.FRAME_SLACK
+
     async def _read_runtime(self, reader: asyncio.StreamReader) -> None:
-        max_frame = int(self.spec["limits"]["output_bytes"]) + 32 * 1024 * 1024
+        """Read the runtime's channel: every frame is checked before anything trusts it.
+
+        The frame's size is checked from its header, its structure before it is parsed, its
+        fields against the vocabulary (``framecheck``); output past the execute's budget is
+        dropped (unread when it is large). A frame that fails, or a flood of frames no
+        runtime sends, stops the sandbox with reason ``protocol`` and says what was wrong.
+        """
+        max_frame = framecheck.frame_limit(self.spec["limits"]["output_bytes"])
         while True:
             try:
-                frame = await read_frame(reader, max_frame)
+                payload = await read_payload(reader, max_frame)
+                frame = self._admit(payload)
             except ProtocolError as exc:
                 # The runtime never sends such a frame: code in the sandbox wrote to the
                 # channel. Nothing it says can be trusted any more, so the sandbox ends.
-                asyncio.create_task(self.kill(V.PROTOCOL, "the sandbox broke its control channel's "
-                                              f"protocol ({exc}) and was stopped; its variables are gone"))
+                await self._protocol_violation(str(exc))
                 return
             except (EOFError, OSError):
                 return
-            kind = frame.get("type")
+            if frame is None:
+                continue
+            kind = frame["type"]
             if kind == V.REPLY:
                 future = self.pending.pop(frame.get("id"), None)
                 if future is not None and not future.done():
                     future.set_result(frame)
-            elif kind in V.COMMAND_EVENTS and frame.get("exec") in self.commands:
+                continue
+            if kind in V.COMMAND_EVENTS and frame.get("exec") in self.commands:
                 problem = _command_frame_problem(frame)
                 if problem:
-                    asyncio.create_task(self.kill(V.PROTOCOL, "the sandbox broke its control channel's "
-                                                  f"protocol ({problem}) and was stopped; its variables are gone"))
+                    await self._protocol_violation(problem)
                     return
                 await self.commands[frame["exec"]].events.put(frame)
-            elif kind in V.EXECUTE_EVENTS:
-                current = self.current
-                if current is not None and frame.get("exec") == current.id:
+                continue
+            current = self.current
+            if current is not None and frame.get("exec") == current.id:
+                if kind == V.DONE:
+                    if current.dropped:
+                        frame["truncated"] = True
                     await current.events.put(frame)
-                # Output of an execution that already ended (a background thread) is dropped.
+                elif current.admit(framecheck.frame_cost(len(payload))):
+                    current.cut = current.cut or bool(frame.get("truncated"))
+                    await current.events.put(frame)
+            # Output of an execution that already ended (a background thread) is dropped.
+
+    def _admit(self, payload: bytes) -> dict | None:
+        """The checked frame, or None for output dropped unread; raises on a violation."""
+        cost = framecheck.frame_cost(len(payload))
+        self.channel_bytes += cost
+        limit = self.output_budget() * FLOOD_FACTOR
+        if self.channel_bytes > limit:
+            raise framecheck.Violation(f"it sent more than {limit} bytes of frames on its control channel "
+                                       "during one execute, more than its runtime ever sends")
+        current = self.current
+        if current is not None and current.budget < cost and len(payload) > SMALL_FRAME:
+            current.admit(cost)  # counted as dropped
+            return None
+        frame = framecheck.load(payload)
+        if frame["type"] == V.REPLY and frame.get("id") in self.pending:
+            self.channel_bytes -= cost  # an answer the host asked for is not a flood
+        elif frame["type"] in V.COMMAND_EVENTS and frame.get("exec") in self.commands:
+            self.channel_bytes -= cost  # a command's output has a budget of its own
+        elif frame["type"] not in V.EXECUTE_EVENTS:
+            raise framecheck.Violation(f"a {frame['type']} frame is not expected now")
+        return frame
+
+    async def _protocol_violation(self, what: str) -> None:
+        message = (f"the sandbox broke the protocol of its control channel: {what}; it was stopped "
+                   "and its variables are gone")
+        print(f"supervisor: {message}", file=sys.stderr, flush=True)
+        await self.kill(V.PROTOCOL, message)
 
     async def _watch_process(self) -> None:
         code = await self.proc.wait()
@@ -605,15 +677,13 @@ class Supervisor:
                 await write_frame(writer, V.error_event("SandboxUnavailable", f"the sandbox is {self.state['state']}"))
                 await write_frame(writer, self._done(V.ERROR, reason=self._end_reason()))
                 return True
-            execution = Execution(f"x{next(self.ids)}")
+            execution = Execution(f"x{next(self.ids)}", self.output_budget())
+            self.channel_bytes = 0
             self.current = execution
             self.touch()
             client_gone = asyncio.Event()
             watch_client = asyncio.create_task(_wait_eof(reader, client_gone, execution.events))
             timeout = request.get("timeout_seconds") or self.spec["limits"]["timeout_seconds"]
-            budget = int(self.spec["limits"]["output_bytes"]) * 2 + 32 * 1024 * 1024
-            sent = 0
-            dropped = 0
             done = None
             phase = "running"  # of the cell: running, interrupting, killing
             try:
@@ -653,11 +723,6 @@ class Supervisor:
                         done = {"status": V.ERROR, "reason": event["reason"]}
                         break
                     event.pop("exec", None)
-                    size = _event_size(event)
-                    if sent + size > budget:
-                        dropped += size
-                        continue
-                    sent += size
                     await self._send(writer, client_gone, event)
             finally:
                 watch_client.cancel()
@@ -670,13 +735,14 @@ class Supervisor:
             self.touch()
             if self.state["state"] == V.RUNNING:
                 self.save_soon()
-            if dropped:
+            if execution.dropped:
                 await self._send(writer, client_gone, V.stream_event(
-                    V.STDERR, f"\n[sandbox: {dropped} bytes of output over the limit were dropped]\n"))
+                    V.STDERR, f"\n[sandbox: {execution.dropped} bytes of output over the limit of "
+                              f"{self.spec['limits']['output_bytes']} bytes were dropped]\n"))
+            truncated = bool(done.get("truncated")) or bool(execution.dropped) or execution.cut
             await self._send(writer, client_gone, self._done(
                 done.get("status", V.ERROR), execution_count=done.get("execution_count"),
-                duration=done.get("duration", 0.0), truncated=bool(done.get("truncated")) or bool(dropped),
-                reason=done.get("reason")))
+                duration=done.get("duration") or 0.0, truncated=truncated, reason=done.get("reason")))
             return not client_gone.is_set()
 
     async def op_command(self, request: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:

@@ -22,34 +22,36 @@ import threading
 
 
 class OutputBudget:
-    """Bytes a single execution may emit before output is dropped (and the drop counted)."""
+    """What a single execution may send (frame bytes, as ``framecheck.frame_cost`` counts
+    them, for every output event) before output is cut or dropped, and what was."""
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # held while an event is fitted, charged and sent
         self.reset()
 
     def reset(self) -> None:
         self.used = 0
-        self.dropped = 0
+        self.dropped = 0      # bytes of events dropped whole
+        self.cut = 0          # events sent trimmed
+        self.error_sent = False
 
-    def take(self, n: int) -> int:
-        """How many of ``n`` bytes may still be sent."""
-        with self.lock:
-            allowed = max(0, min(n, self.limit - self.used))
-            self.used += allowed
-            self.dropped += n - allowed
-            return allowed
+    @property
+    def room(self) -> int:
+        return max(0, self.limit - self.used)
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.dropped or self.cut)
 
 
 class PipeDrain(threading.Thread):
     """Redirects one fd into a pipe and forwards what comes out of it as stream events."""
 
-    def __init__(self, fd: int, name: str, emit, budget: OutputBudget):
+    def __init__(self, fd: int, name: str, emit):
         super().__init__(name=f"drain-{name}", daemon=True)
         self.name_ = name
-        self.emit = emit
-        self.budget = budget
+        self.emit = emit  # charges the execution's output budget (runtime.publish_stream)
         read_end, write_end = os.pipe()
         os.dup2(write_end, fd)
         os.close(write_end)
@@ -81,9 +83,6 @@ class PipeDrain(threading.Thread):
         return True
 
     def _forward(self, data: bytes, final: bool = False) -> None:
-        if data:
-            allowed = self.budget.take(len(data))
-            data = data[:allowed]
         text = self.decoder.decode(data, final=final)
         if text:
             self.emit(self.name_, text)

@@ -7,11 +7,15 @@ objects into MIME bundles exactly as it does under Jupyter, and we forward the b
 from __future__ import annotations
 
 import base64
+import json
 import math
 import sys
 
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
+
+from . import framecheck
+from .vocabulary import is_json_mime
 
 BINARY_MIMES = ("image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf")
 
@@ -22,7 +26,10 @@ def clean_bundle(data: dict, limit: int) -> tuple[dict, bool]:
     size = 0
     cut = False
     for mime, value in (data or {}).items():
+        mime = str(mime)
         value = _jsonable(mime, value)
+        if not isinstance(value, str) and not is_json_mime(mime):
+            value = json.dumps(value)  # a bundle maps every non-JSON MIME type to text
         n = len(value) if isinstance(value, str) else len(repr(value))
         if size + n > limit and mime != "text/plain":
             cut = True
@@ -33,6 +40,14 @@ def clean_bundle(data: dict, limit: int) -> tuple[dict, bool]:
         note = f"\n[sandbox: a rich representation over the {limit // (1024 * 1024)} MiB display limit was dropped]"
         out["text/plain"] = str(out.get("text/plain", ""))[: limit // 2] + note
     return out, cut
+
+
+def clean_metadata(metadata) -> dict:
+    """Display metadata (or transient) made JSON-safe: an object, nested no deeper than a
+    frame may be (what is deeper is shown as its repr)."""
+    if not isinstance(metadata, dict):
+        return {}
+    return _json_clean(metadata)
 
 
 def _jsonable(mime: str, value):
@@ -52,15 +67,17 @@ def _is_text(value: bytes) -> bool:
         return False
 
 
-def _json_clean(obj):
+def _json_clean(obj, depth: int = 0):
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else repr(obj)
     if obj is None or isinstance(obj, (str, int, bool)):
         return obj
+    if depth >= framecheck.MAX_DEPTH - 8:  # room for the event around it
+        return repr(obj)[:1000]
     if isinstance(obj, dict):
-        return {str(k): _json_clean(v) for k, v in obj.items()}
+        return {str(k): _json_clean(v, depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
-        return [_json_clean(v) for v in obj]
+        return [_json_clean(v, depth + 1) for v in obj]
     if isinstance(obj, (bytes, bytearray)):
         return base64.b64encode(bytes(obj)).decode("ascii")
     return repr(obj)

@@ -65,6 +65,11 @@ class SocketChannel:
         with self._send_lock:
             self.sock.sendall(data)
 
+    def send_payload(self, payload: bytes) -> None:
+        """Send a payload already encoded (and checked) by the caller."""
+        with self._send_lock:
+            self.sock.sendall(HEADER.pack(len(payload)) + payload)
+
     def _read_exact(self, n: int) -> bytes:
         chunks = []
         while n:
@@ -85,6 +90,11 @@ class SocketChannel:
 async def read_frame(reader: asyncio.StreamReader, max_frame: int = MAX_FRAME_BYTES) -> dict:
     """Read one frame. An oversized one raises FrameTooLarge before anything is buffered;
     the channel is then out of step, and the caller must drop it."""
+    return decode(await read_payload(reader, max_frame))
+
+
+async def read_payload(reader: asyncio.StreamReader, max_frame: int = MAX_FRAME_BYTES) -> bytes:
+    """Read one frame's payload, unparsed (for a caller that checks it first)."""
     try:
         header = await reader.readexactly(HEADER.size)
     except asyncio.IncompleteReadError:
@@ -96,7 +106,7 @@ async def read_frame(reader: asyncio.StreamReader, max_frame: int = MAX_FRAME_BY
         payload = await reader.readexactly(size)
     except asyncio.IncompleteReadError:
         raise EOFError("channel closed") from None
-    return decode(payload)
+    return payload
 
 
 async def write_frame(writer: asyncio.StreamWriter, message: dict) -> None:

@@ -19,13 +19,12 @@ import threading
 import time
 import traceback
 
+from . import fitting, framecheck
+from . import vocabulary as V
 from .capture import OutputBudget, PipeDrain
 from .commands import CommandRunner
-from .display import clean_bundle
-from . import vocabulary as V
+from .display import clean_bundle, clean_metadata
 from .protocol import SocketChannel
-
-DISPLAY_LIMIT = 16 * 1024 * 1024
 
 
 class Runtime:
@@ -33,6 +32,7 @@ class Runtime:
         self.channel = channel
         self.requests: queue.Queue = queue.Queue()
         self.budget = OutputBudget(output_limit)
+        self.frame_limit = framecheck.frame_limit(output_limit)
         self.current: str | None = None  # id of the running execution
         self.interrupt_reason: dict | None = None
         self.main_thread = threading.main_thread().ident
@@ -50,8 +50,43 @@ class Runtime:
         except OSError:
             os._exit(70)  # the supervisor is gone: nobody can ever hear from us again
 
+    def send_output(self, message: dict) -> None:
+        """Send one output event within the execution's budget: whole, trimmed (marked
+        ``truncated``) or, when nothing of it fits, dropped and counted. The first error of
+        an execution is always sent, if need be as its name and a line of its value."""
+        with self.budget.lock:
+            fitted, data = fitting.fit(message, self.budget.room, self.frame_limit)
+            if fitted is None and message.get("type") == V.ERROR and not self.budget.error_sent:
+                fitted, data = fitting.fit(message, 8 * 1024, self.frame_limit)
+                if fitted is not None:
+                    self.budget.used -= framecheck.frame_cost(len(data))  # paid from the slack, not the budget
+            if fitted is None:
+                self.budget.dropped += len(fitting.payload(message)) if message.get("type") != V.STREAM \
+                    else len(message.get("text", "").encode("utf-8", "replace"))
+                return
+            self.budget.used += framecheck.frame_cost(len(data))
+            if fitted is not message:
+                self.budget.cut += 1
+            if fitted.get("type") == V.ERROR:
+                self.budget.error_sent = True
+            self.send_payload(data)
+
+    def send_payload(self, data: bytes) -> None:
+        try:
+            self.channel.send_payload(data)
+        except OSError:
+            os._exit(70)
+
+    def send_reply(self, message: dict) -> None:
+        """A reply to a request, trimmed when too large to be a frame (a huge help text)."""
+        fitted, data = fitting.fit(message, 1 << 62, self.frame_limit)
+        if fitted is None:
+            fitted, data = None, fitting.payload({"type": V.REPLY, "id": message.get("id"),
+                                                  "error": "the answer was too large to send"})
+        self.send_payload(data)
+
     def publish_stream(self, name: str, text: str) -> None:
-        self.send(V.stream_event(name, text, self.current))
+        self.send_output(V.stream_event(name, text, self.current))
 
     def sync_streams(self) -> None:
         """Forward everything already written to fds 1 and 2 before what comes next."""
@@ -64,20 +99,20 @@ class Runtime:
 
     def publish_display(self, data, metadata, transient, update) -> None:
         self.sync_streams()
-        bundle, _ = clean_bundle(data, DISPLAY_LIMIT)
+        bundle, _ = clean_bundle(data, self.frame_limit)
         kind = V.UPDATE_DISPLAY_DATA if update else V.DISPLAY_DATA
-        self.send({"type": kind, "exec": self.current, "data": bundle,
-                   "metadata": clean_bundle(metadata, DISPLAY_LIMIT)[0], "transient": transient})
+        self.send_output({"type": kind, "exec": self.current, "data": bundle,
+                          "metadata": clean_metadata(metadata), "transient": clean_metadata(transient)})
 
     def publish_clear(self, wait: bool) -> None:
         self.sync_streams()
-        self.send({"type": V.CLEAR_OUTPUT, "exec": self.current, "wait": bool(wait)})
+        self.send_output({"type": V.CLEAR_OUTPUT, "exec": self.current, "wait": bool(wait)})
 
     def publish_result(self, count, data, metadata) -> None:
         self.sync_streams()
-        bundle, _ = clean_bundle(data, DISPLAY_LIMIT)
-        self.send({"type": V.EXECUTE_RESULT, "exec": self.current, "execution_count": count,
-                   "data": bundle, "metadata": clean_bundle(metadata, DISPLAY_LIMIT)[0]})
+        bundle, _ = clean_bundle(data, self.frame_limit)
+        self.send_output({"type": V.EXECUTE_RESULT, "exec": self.current, "execution_count": count,
+                          "data": bundle, "metadata": clean_metadata(metadata)})
 
     def publish_error(self, etype, evalue, stb) -> None:
         self.sync_streams()
@@ -89,7 +124,7 @@ class Runtime:
                     "interrupted; variables are kept")
             stb = list(stb) + [f"TimeoutError: {text}"]
         self.last_error = (ename, text)
-        self.send(V.error_event(ename, text, list(stb), self.current))
+        self.send_output(V.error_event(ename, text, list(stb), self.current))
 
     # ---------------------------------------------------------------- control
     def read_requests(self) -> None:
@@ -171,16 +206,18 @@ class Runtime:
             self.sync_streams()
         except KeyboardInterrupt:
             self.sync_streams()
-        if self.budget.dropped:
-            self.send(V.stream_event(V.STDERR, f"\n[sandbox: output truncated: {self.budget.dropped} bytes over "
-                                                f"the {self.budget.limit} byte limit per execution were dropped]\n", exec_id))
+        if self.budget.truncated:
+            what = [f"{self.budget.dropped} bytes dropped"] if self.budget.dropped else []
+            what += [f"{self.budget.cut} outputs cut"] if self.budget.cut else []
+            self.send(V.stream_event(V.STDERR, f"\n[sandbox: output truncated: {', '.join(what)}; the limit is "
+                                                f"{self.budget.limit} bytes per execution]\n", exec_id))
         reason = None
         if self.interrupt_reason is not None:
             reason = V.TIMEOUT_INTERRUPTED if self.interrupt_reason.get("reason") == "timeout" else V.INTERRUPTED
         self.current = None
         self.send(V.done_event(status, execution_count=self.shell.execution_count - 1,
                                duration=round(time.monotonic() - started, 6),
-                               truncated=bool(self.budget.dropped), reason=reason, exec_id=exec_id))
+                               truncated=self.budget.truncated, reason=reason, exec_id=exec_id))
 
     def do_complete(self, message: dict) -> None:
         """Jedi-backed completion, as ipykernel does it (columns and methods of a DataFrame)."""
@@ -202,7 +239,7 @@ class Runtime:
             reply["metadata"] = {"_jupyter_types_experimental": [
                 {"start": c.start, "end": c.end, "text": c.text, "type": c.type, "signature": c.signature}
                 for c in completions]}
-        self.send(reply)
+        self.send_reply(reply)
 
     def do_inspect(self, message: dict) -> None:
         from IPython.utils.tokenutil import token_at_cursor
@@ -215,18 +252,18 @@ class Runtime:
         try:
             bundle = self.shell.object_inspect_mime(name, detail_level=int(message.get("detail_level", 0)))
             bundle.pop("text/html", None)
-            reply["data"] = clean_bundle(bundle, DISPLAY_LIMIT)[0]
+            reply["data"] = clean_bundle(bundle, self.frame_limit)[0]
             reply["found"] = True
         except Exception:
             pass
-        self.send(reply)
+        self.send_reply(reply)
 
     def do_is_complete(self, message: dict) -> None:
         status, indent = self.shell.input_transformer_manager.check_complete(message.get("code", ""))
         reply = {"type": V.REPLY, "id": message.get("id"), "status": status}
         if status == "incomplete":
             reply["indent"] = " " * (indent or 0)
-        self.send(reply)
+        self.send_reply(reply)
 
 
 def setup_matplotlib(preload: list[str]) -> None:
@@ -294,8 +331,8 @@ def _main(argv: list[str], diag: int) -> None:
     runtime = Runtime(channel, output_limit)
     runtime.commands = CommandRunner(runtime.send, base_env, output_limit)
     runtime.drains = {
-        V.STDOUT: PipeDrain(1, V.STDOUT, runtime.publish_stream, runtime.budget),
-        V.STDERR: PipeDrain(2, V.STDERR, runtime.publish_stream, runtime.budget),
+        V.STDOUT: PipeDrain(1, V.STDOUT, runtime.publish_stream),
+        V.STDERR: PipeDrain(2, V.STDERR, runtime.publish_stream),
     }
     for drain in runtime.drains.values():
         drain.start()

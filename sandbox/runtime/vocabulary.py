@@ -229,14 +229,17 @@ class FieldSpec:
 _EXEC = {"exec": FieldSpec(Kind.STR, required=False, nullable=True)}  # the runtime's execution id
 _BUNDLE = {"data": FieldSpec(Kind.BUNDLE), "metadata": FieldSpec(Kind.OBJECT, required=False)}
 
+# Set on an output event whose content was cut to fit the output cap or the frame limit.
+_CUT = {"truncated": FieldSpec(Kind.BOOL, required=False)}
+
 #: The fields of each event as the runtime sends it. Unknown fields are a violation.
 EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
-    STREAM: {**_EXEC, "name": FieldSpec(Kind.STR, choices=STREAM_NAMES), "text": FieldSpec(Kind.STR)},
-    DISPLAY_DATA: {**_EXEC, **_BUNDLE, "transient": FieldSpec(Kind.OBJECT, required=False)},
-    UPDATE_DISPLAY_DATA: {**_EXEC, **_BUNDLE, "transient": FieldSpec(Kind.OBJECT, required=False)},
-    EXECUTE_RESULT: {**_EXEC, **_BUNDLE, "execution_count": FieldSpec(Kind.INT, nullable=True)},
+    STREAM: {**_EXEC, **_CUT, "name": FieldSpec(Kind.STR, choices=STREAM_NAMES), "text": FieldSpec(Kind.STR)},
+    DISPLAY_DATA: {**_EXEC, **_CUT, **_BUNDLE, "transient": FieldSpec(Kind.OBJECT, required=False)},
+    UPDATE_DISPLAY_DATA: {**_EXEC, **_CUT, **_BUNDLE, "transient": FieldSpec(Kind.OBJECT, required=False)},
+    EXECUTE_RESULT: {**_EXEC, **_CUT, **_BUNDLE, "execution_count": FieldSpec(Kind.INT, nullable=True)},
     CLEAR_OUTPUT: {**_EXEC, "wait": FieldSpec(Kind.BOOL, required=False)},
-    ERROR: {**_EXEC, "ename": FieldSpec(Kind.STR), "evalue": FieldSpec(Kind.STR),
+    ERROR: {**_EXEC, **_CUT, "ename": FieldSpec(Kind.STR), "evalue": FieldSpec(Kind.STR),
             "traceback": FieldSpec(Kind.STR_LIST)},
     DONE: {**_EXEC, "status": FieldSpec(Kind.STR, choices=DONE_STATUSES),
            "execution_count": FieldSpec(Kind.INT, nullable=True),
@@ -249,6 +252,28 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
     READY: {"pid": FieldSpec(Kind.INT), "python": FieldSpec(Kind.STR),
             "preloaded": FieldSpec(Kind.STR_LIST), "preload_failed": FieldSpec(Kind.STR_LIST)},
 }
+
+#: The fields of the runtime's answers to requests (``type: reply``), all but ``id`` optional.
+REPLY_FIELDS: dict[str, FieldSpec] = {
+    "id": FieldSpec(Kind.INT, nullable=True),
+    "ok": FieldSpec(Kind.BOOL, required=False),
+    "error": FieldSpec(Kind.STR, required=False),
+    "interrupted": FieldSpec(Kind.BOOL, required=False),
+    "matches": FieldSpec(Kind.STR_LIST, required=False),
+    "cursor_start": FieldSpec(Kind.INT, required=False),
+    "cursor_end": FieldSpec(Kind.INT, required=False),
+    "metadata": FieldSpec(Kind.OBJECT, required=False),
+    "found": FieldSpec(Kind.BOOL, required=False),
+    "data": FieldSpec(Kind.BUNDLE, required=False),
+    "status": FieldSpec(Kind.STR, required=False, choices=("complete", "incomplete", "invalid", "unknown")),
+    "indent": FieldSpec(Kind.STR, required=False),
+}
+
+
+def is_json_mime(mime: str) -> bool:
+    """MIME types whose value in a bundle is JSON (an object or array), not a string."""
+    return mime == "application/json" or mime.endswith("+json")
+
 
 #: Fields the host adds to ``done`` on its way out (the runtime never sends them).
 DONE_EXTRA_FIELDS: dict[str, FieldSpec] = {
