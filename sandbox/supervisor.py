@@ -421,11 +421,12 @@ class Supervisor:
             current.admit(cost)  # counted as dropped
             return None
         frame = framecheck.load(payload)
-        if frame["type"] == V.REPLY and frame.get("id") in self.pending:
-            self.channel_bytes -= cost  # an answer the host asked for is not a flood
+        if frame["type"] == V.REPLY:
+            if frame.get("id") in self.pending:
+                self.channel_bytes -= cost  # an answer the host asked for is not a flood
         elif frame["type"] in V.COMMAND_EVENTS and frame.get("exec") in self.commands:
             self.channel_bytes -= cost  # a command's output has a budget of its own
-        elif frame["type"] not in V.EXECUTE_EVENTS:
+        elif frame["type"] not in V.EXECUTE_EVENTS and frame["type"] not in V.COMMAND_EVENTS:
             raise framecheck.Violation(f"a {frame['type']} frame is not expected now")
         return frame
 

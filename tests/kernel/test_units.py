@@ -19,7 +19,7 @@ from kernel.magics import (
     push_plan,
     split_cell,
 )
-from kernel.outputs import CellMapper, event_to_message, gone_notice
+from kernel.outputs import CellMapper, died_reason, event_to_message, gone_notice
 
 # --------------------------------------------------------------------------- outputs
 
@@ -221,3 +221,17 @@ def test_shipped_kernelspec_matches_the_source_copy():
     root = pathlib.Path(__file__).resolve().parents[2]
     for name in ("kernel.json", "logo-32x32.png", "logo-64x64.png"):
         assert (root / "kernelspec" / name).read_bytes() == (root / "kernel" / "resources" / name).read_bytes()
+
+
+def test_a_protocol_stop_is_named_even_without_an_error_event():
+    """A sandbox stopped for breaking the protocol: the reply and the next cell's notice say so."""
+    from sandbox.runtime import vocabulary as V
+
+    done = V.done_event(V.ERROR, execution_count=4, reason=V.PROTOCOL, sandbox_state=V.DEAD)
+    m = CellMapper()
+    assert m.feed(done) == []
+    owed, reply = m.finish()
+    assert reply["status"] == "error" and reply["ename"] == "SandboxDied", reply
+    assert "protocol" in reply["evalue"] and owed == [("error", m.error)]
+    assert m.sandbox_gone
+    assert "protocol" in died_reason(done) and "broke the protocol" in died_reason(done)

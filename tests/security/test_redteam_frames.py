@@ -139,8 +139,9 @@ def test_huge_frame_of_empty_dicts_is_refused_from_its_header(guarded):
     """The issue's flood: five 39 MB frames of 13 million empty dicts."""
     server_rss = pathlib.Path(f"/proc/{guarded.proc.pid}/status")
     before = _peak_kib(server_rss)
+    sid = guarded.api.create()["id"]
     t0 = time.monotonic()
-    sid, events = forge(guarded, HUGE_DICTS, timeout=60)
+    sid, events = forge(guarded, HUGE_DICTS, timeout=60, sandbox_id=sid)
     took = time.monotonic() - t0
     message = assert_stopped_for_protocol(guarded, sid, events, "exceeds the")
     growth = (_peak_kib(server_rss) - before) / 1024
@@ -159,7 +160,7 @@ print("after")
 
 def test_frame_of_many_containers_is_refused_before_it_is_parsed(guarded, unguarded):
     sid, events = forge(guarded, STRUCTURE)
-    message = assert_stopped_for_protocol(guarded, sid, events, "100004 objects and arrays")
+    message = assert_stopped_for_protocol(guarded, sid, events, "100005 objects and arrays")
     # Control: without the scan, the frame is parsed and forwarded whole.
     sid, events = forge(unguarded, STRUCTURE)
     shown = [e for e in of_type(events, "display_data") if len(e.get("metadata", {}).get("m", [])) == 100_000]
@@ -188,8 +189,9 @@ def test_deep_nesting_is_refused_at_once_not_after_a_hang(guarded, unguarded):
 write_all(frame(b'{"type":"stream","name":"stdout","text":' + b"[" * 100_000 + b"]" * 100_000 + b"}"))
 print("after")
 '''
+    sid = guarded.api.create()["id"]
     t0 = time.monotonic()
-    sid, events = forge(guarded, code, timeout=3)
+    sid, events = forge(guarded, code, timeout=3, sandbox_id=sid)
     took = time.monotonic() - t0
     message = assert_stopped_for_protocol(guarded, sid, events, "objects and arrays")
     # Control: unguarded, json.loads raises RecursionError in the reader, which dies: the cell
