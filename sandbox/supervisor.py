@@ -38,9 +38,9 @@ SAVE_DELAY = 1.0
 RUNTIME_LOG_BYTES = 1024 * 1024
 RUNTIME_READY_TIMEOUT = 180.0
 MAX_COMMANDS = 16  # running at once per sandbox: each holds a connection and a stream on the host
-# Past its output budget an execute's frames are dropped unread, but for small ones: one of
-# them may be its `done`.
-SMALL_FRAME = 1024
+# Past its output budget an execute's frames are dropped unread, but for its `done` (the
+# runtime encodes the type first): a flood of tiny frames costs a prefix test each.
+DONE_PREFIX = b'{"type":"done"'
 # The runtime never sends more than an execute's budget between two executes; a sandbox
 # that sends this many times more on its channel is flooding it, and is stopped.
 FLOOD_FACTOR = 4
@@ -417,7 +417,8 @@ class Supervisor:
             raise framecheck.Violation(f"it sent more than {limit} bytes of frames on its control channel "
                                        "during one execute, more than its runtime ever sends")
         current = self.current
-        if current is not None and current.budget < cost and len(payload) > SMALL_FRAME:
+        if (current is not None and current.budget < cost and not self.commands
+                and not payload.startswith(DONE_PREFIX)):
             current.admit(cost)  # counted as dropped
             return None
         frame = framecheck.load(payload)

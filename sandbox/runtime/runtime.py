@@ -55,6 +55,9 @@ class Runtime:
         ``truncated``) or, when nothing of it fits, dropped and counted. The first error of
         an execution is always sent, if need be as its name and a line of its value."""
         with self.budget.lock:
+            if self.budget.room <= 0 and message.get("type") == V.STREAM:  # spent: not even encoded
+                self.budget.dropped += len(message.get("text", "").encode("utf-8", "replace"))
+                return
             fitted, data = fitting.fit(message, self.budget.room, self.frame_limit)
             if fitted is None and message.get("type") == V.ERROR and not self.budget.error_sent:
                 fitted, data = fitting.fit(message, 8 * 1024, self.frame_limit)
@@ -63,10 +66,12 @@ class Runtime:
             if fitted is None:
                 self.budget.dropped += len(fitting.payload(message)) if message.get("type") != V.STREAM \
                     else len(message.get("text", "").encode("utf-8", "replace"))
+                self.budget.used = max(self.budget.used, self.budget.limit)  # nothing after a drop
                 return
             self.budget.used += framecheck.frame_cost(len(data))
             if fitted is not message:
                 self.budget.cut += 1
+                self.budget.used = max(self.budget.used, self.budget.limit)  # what follows a cut is dropped
             if fitted.get("type") == V.ERROR:
                 self.budget.error_sent = True
             self.send_payload(data)
