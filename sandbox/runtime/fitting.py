@@ -64,7 +64,12 @@ def shrink(message: dict, room: int) -> dict | None:
     if kind == V.STREAM:
         if text_room < 64:
             return None
-        out["text"] = cut_text(message["text"], text_room, "output")
+        # Cut without a note of its own: the execute's truncation notice counts what was dropped.
+        text = message["text"]
+        keep = len(text)
+        while keep and len(json.dumps(text[:keep], ensure_ascii=False).encode("utf-8", "replace")) > text_room:
+            keep = keep * text_room // len(json.dumps(text[:keep], ensure_ascii=False).encode("utf-8", "replace")) - 1
+        out["text"] = text[:max(0, keep)]
     elif kind == V.ERROR:
         # The error always says what it was: its name, and as much of its value as fits.
         value_room = min(TEXT_CUT, max(256, text_room // 4))

@@ -69,7 +69,10 @@ class Runtime:
                 self.budget.used = max(self.budget.used, self.budget.limit)  # nothing after a drop
                 return
             self.budget.used += framecheck.frame_cost(len(data))
-            if fitted is not message:
+            if fitted is not message and fitted.get("type") == V.STREAM:
+                self.budget.dropped += len(message["text"].encode("utf-8", "replace")) \
+                    - len(fitted["text"].encode("utf-8", "replace"))
+            elif fitted is not message:
                 self.budget.cut += 1
                 self.budget.used = max(self.budget.used, self.budget.limit)  # what follows a cut is dropped
             if fitted.get("type") == V.ERROR:
@@ -212,10 +215,10 @@ class Runtime:
         except KeyboardInterrupt:
             self.sync_streams()
         if self.budget.truncated:
-            what = [f"{self.budget.dropped} bytes dropped"] if self.budget.dropped else []
-            what += [f"{self.budget.cut} outputs cut"] if self.budget.cut else []
-            self.send(V.stream_event(V.STDERR, f"\n[sandbox: output truncated: {', '.join(what)}; the limit is "
-                                                f"{self.budget.limit} bytes per execution]\n", exec_id))
+            cut = f"; {self.budget.cut} outputs were cut to fit" if self.budget.cut else ""
+            self.send(V.stream_event(V.STDERR, f"\n[sandbox: output truncated: {self.budget.dropped} bytes over the "
+                                                f"{self.budget.limit} byte limit per execution were dropped{cut}]\n",
+                                     exec_id))
         reason = None
         if self.interrupt_reason is not None:
             reason = V.TIMEOUT_INTERRUPTED if self.interrupt_reason.get("reason") == "timeout" else V.INTERRUPTED
