@@ -44,6 +44,15 @@ class OutputBudget:
     def truncated(self) -> bool:
         return bool(self.dropped or self.cut)
 
+    def take(self, n: int) -> int:
+        """How many of ``n`` raw bytes may still be sent (a command's output, which the
+        runtime forwards in chunks of its own)."""
+        with self.lock:
+            allowed = max(0, min(n, self.limit - self.used))
+            self.used += allowed
+            self.dropped += n - allowed
+            return allowed
+
 
 class PipeDrain(threading.Thread):
     """Redirects one fd into a pipe and forwards what comes out of it as stream events."""
