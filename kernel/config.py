@@ -116,6 +116,32 @@ class SandboxSettings(Configurable):
         "(env SANDBOX_KERNEL_RECONNECT_TIMEOUT).",
     ).tag(config=True)
 
+    unsafe_trust_sandbox_outputs = Bool(
+        False,
+        help="DANGEROUS. Send the sandbox's outputs to the notebook exactly as IPython made them: "
+        "its HTML and JavaScript then run in the notebook page with your rights over the Jupyter "
+        "server (env SANDBOX_KERNEL_UNSAFE_TRUST_SANDBOX_OUTPUTS=1). Only for notebooks whose "
+        "every cell you wrote yourself; ignored when host cells are off "
+        "(SANDBOX_KERNEL_HOST_CELLS=0), which says cells may come from elsewhere. Off: active "
+        "outputs are shown in isolated frames (see kernel/output_policy.py).",
+    ).tag(config=True)
+
+    airlock_root = Unicode(
+        None,
+        allow_none=True,
+        help="The host folder %push reads from and %pull writes to (env SANDBOX_KERNEL_AIRLOCK_ROOT); "
+        "unset: the kernel's working directory, which is the notebook's folder. Paths stay inside "
+        "it: no absolute paths, no '..', no symlinks followed, no overwriting without --force.",
+    ).tag(config=True)
+
+    @default("unsafe_trust_sandbox_outputs")
+    def _unsafe_trust_default(self) -> bool:
+        return bool(env_value("SANDBOX_KERNEL_UNSAFE_TRUST_SANDBOX_OUTPUTS", _bool))
+
+    @default("airlock_root")
+    def _airlock_root_default(self) -> str | None:
+        return env_value("SANDBOX_KERNEL_AIRLOCK_ROOT", str)
+
     @default("url")
     def _url_default(self) -> str | None:
         return env_value("SANDBOX_KERNEL_URL", str)

@@ -198,7 +198,7 @@ class SandboxKernel(SandboxSettings, Kernel):
 
     async def do_complete(self, code: str, cursor_pos: int | None) -> dict[str, t.Any]:
         pos = len(code) if cursor_pos is None else cursor_pos
-        local = push_path_completions(code, pos, self.sandbox.cwd)
+        local = push_path_completions(code, pos, self.sandbox.airlock_root)
         if local is not None:
             return local
         reply = await self.sandbox.ask(lambda s: s.complete(code, pos))
@@ -220,11 +220,15 @@ class SandboxKernel(SandboxSettings, Kernel):
         reply = await self.sandbox.ask(lambda s: s.inspect(code, cursor_pos, detail_level))
         if not reply:
             return {"status": "ok", "found": False, "data": {}, "metadata": {}}
+        # Help text comes from the sandbox too: only its plain text reaches the page
+        # (JupyterLab renders inspection bundles in its own panels, outside any frame).
+        data = reply.get("data") if isinstance(reply.get("data"), dict) else {}
+        plain = data.get("text/plain")
         return {
             "status": "ok",
             "found": bool(reply.get("found")),
-            "data": reply.get("data") or {},
-            "metadata": reply.get("metadata") or {},
+            "data": {"text/plain": plain} if isinstance(plain, str) else {},
+            "metadata": {},
         }
 
     async def do_is_complete(self, code: str) -> dict[str, t.Any]:

@@ -119,6 +119,8 @@ class _Host:
 
     def __init__(self, life: SandboxLifecycle, out: Output, sandbox: AsyncSandbox) -> None:
         self.cwd = life.cwd
+        self.airlock_root = life.airlock_root
+        self.outputs_mode = life.outputs_mode
         self.pushed = life.pushed
         self.server_url = life.server_config.url if life.server_config else ""
         self._out = out
@@ -139,6 +141,7 @@ class SandboxLifecycle:
         self.settings = settings
         self.log = log
         self.cwd = cwd or pathlib.Path.cwd()
+        self.airlock_root = pathlib.Path(os.path.expanduser(settings.airlock_root)) if settings.airlock_root else self.cwd
         self.server_config: ServerConfig | None = None
         self.sandbox_id: str | None = None
         self.pushed: list[str] = []
@@ -160,6 +163,22 @@ class SandboxLifecycle:
             s = self.settings
             self.server_config = resolve(s.url, s.token, s.state_dir)
         return self.server_config
+
+    @property
+    def outputs_passthrough(self) -> bool:
+        """Whether outputs skip the output policy: only if the user asked for it and host
+        cells are on (off means cells may be written by something other than the user)."""
+        return bool(self.settings.unsafe_trust_sandbox_outputs) and host_cells_enabled()
+
+    @property
+    def outputs_mode(self) -> str:
+        """What `%sandbox` says about outputs."""
+        if self.outputs_passthrough:
+            return "UNFILTERED: HTML and JavaScript run in this page with your rights (unsafe_trust_sandbox_outputs)"
+        mode = "isolated: HTML/JS/SVG/Markdown in sandboxed frames, images checked, metadata filtered"
+        if self.settings.unsafe_trust_sandbox_outputs:
+            mode += " (pass-through ignored: host cells are off)"
+        return mode
 
     @property
     def embedded(self) -> bool:
@@ -413,7 +432,7 @@ class SandboxLifecycle:
     async def _execute(
         self, sbx: AsyncSandbox, code: str, silent: bool, store_history: bool, out: Output
     ) -> dict[str, t.Any]:
-        mapper = CellMapper(execution_count=self.last_count + 1)
+        mapper = CellMapper(execution_count=self.last_count + 1, passthrough=self.outputs_passthrough)
 
         def on_event(event: dict[str, t.Any]) -> None:
             for msg_type, content in mapper.feed(event):

@@ -5,7 +5,8 @@ the only doors, and they are opened from outside. `%sandbox` and `%ttl` show wha
 user cannot see from inside: where their code runs, under which limits, and for how long.
 
     %push LOCAL [DEST]     upload local files (globs, directories) into /workspace
-    %pull REMOTE [LOCAL]   download files (globs) from /workspace
+    %pull [--force] REMOTE [LOCAL]
+                           download files (globs) from /workspace
     %sandbox               the sandbox's id, state, TTL, limits and isolation
     %ttl                   time left; `%ttl renew [SECONDS]` pushes expiry back
 
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 
 from sandbox.client import AsyncSandbox, InvalidRequest, SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable
 
+from . import airlock
+from .airlock import AirlockError
 from .outputs import format_bytes, format_duration
 
 MAGICS = ("push", "pull", "sandbox", "ttl")
@@ -38,8 +41,9 @@ PROGRESS_MIN_BYTES = 4 * 1024 * 1024
 PROGRESS_INTERVAL = 0.2
 
 HELP = {
-    "push": "%push LOCAL [DEST]: upload local files (globs like data/*.csv, directories) into /workspace",
-    "pull": "%pull REMOTE [LOCAL]: download files (globs like out/*.png) from /workspace",
+    "push": "%push LOCAL [DEST]: upload files (globs like data/*.csv, folders) from the notebook's folder into /workspace",
+    "pull": "%pull [--force] REMOTE [LOCAL]: download files (globs like out/*.png) from /workspace into the "
+    "notebook's folder; --force replaces existing files",
     "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits and isolation",
     "ttl": "%ttl: show the time left; %ttl renew: restart the countdown at the current TTL; "
            "%ttl extend SECONDS: expire that far from now, once (the TTL each cell renews to is unchanged); "
@@ -67,6 +71,8 @@ class MagicHost(t.Protocol):
     """What a magic needs from the kernel."""
 
     cwd: pathlib.Path
+    airlock_root: pathlib.Path  # the only host folder %push reads and %pull writes (see airlock)
+    outputs_mode: str
     pushed: list[str]
     server_url: str
 
@@ -182,52 +188,63 @@ def _remote_join(*parts: str) -> str:
     return posixpath.normpath(joined) if joined else joined
 
 
-def push_plan(pattern: str, dest: str | None, cwd: pathlib.Path) -> list[tuple[pathlib.Path, str]]:
-    """(local file, workspace path) pairs for `%push pattern [dest]`.
+def push_plan(
+    pattern: str, dest: str | None, root: pathlib.Path
+) -> tuple[list[tuple[list[str], str]], list[str]]:
+    """(local path components under `root`, workspace path) pairs for `%push pattern [dest]`,
+    and what was skipped (symlinks, special files: the airlock follows no link).
 
-    Without a destination a relative path keeps its shape (`data/a.csv` lands at
-    `/workspace/data/a.csv`, so the same code reads it in both places); a path outside the
-    working directory lands by its name. With one, a single file goes to `dest` unless
-    `dest` ends with `/`; several files, or a directory, go under `dest`.
+    Local paths stay inside the airlock root (see `airlock`). Without a destination a path
+    keeps its shape (`data/a.csv` lands at `/workspace/data/a.csv`, so the same code reads
+    it in both places). With one, a single file goes to `dest` unless `dest` ends with `/`;
+    several files, or a folder, go under `dest`.
     """
-    expanded = os.path.expanduser(pattern)
-    absolute = os.path.isabs(expanded)
-    if _has_glob(expanded):
-        if absolute:
-            matches = sorted(glob.glob(expanded, recursive=True))
-        else:
-            matches = sorted(glob.glob(expanded, root_dir=cwd, recursive=True))
+    parts = airlock.check_local(pattern, root, "%push")
+    rel = "/".join(parts)
+    skipped: list[str] = []
+    if _has_glob(rel):
+        found: list[list[str]] = []
+        for match in sorted(glob.glob(rel, root_dir=root, recursive=True)):
+            mparts = [p for p in match.split("/") if p not in ("", ".")]
+            try:
+                kind = airlock.kind(root, mparts, "%push")
+            except AirlockError:  # reached through a symlinked folder
+                skipped.append(match)
+                continue
+            if kind in ("file", "dir"):
+                found.append(mparts)
+            else:
+                skipped.append(match)
+        matches = found
     else:
-        matches = [expanded] if (cwd / expanded).exists() or os.path.lexists(cwd / expanded) else []
+        kind = airlock.kind(root, parts, "%push")
+        if kind in ("symlink", "other"):
+            raise MagicError("PermissionError", f"%push: {rel!r} is a symlink or not a regular file; links are never followed")
+        matches = [parts] if kind is not None else []
     if not matches:
-        raise MagicError("FileNotFoundError", f"%push: nothing matches {pattern!r} (relative to {cwd})")
+        why = f" (skipped: {', '.join(skipped)})" if skipped else ""
+        raise MagicError("FileNotFoundError", f"%push: nothing matches {pattern!r} in {root}{why}")
 
     dest_clean = _clean_remote(dest) if dest is not None else None
-    single_file = len(matches) == 1 and (cwd / matches[0]).is_file()
-    plan: list[tuple[pathlib.Path, str]] = []
-    for match in matches:
-        local = pathlib.Path(match) if absolute else cwd / match
-        rel = pathlib.PurePath(match)
-        keeps_shape = not absolute and ".." not in rel.parts
+    single_file = len(matches) == 1 and airlock.kind(root, matches[0], "%push") == "file"
+    plan: list[tuple[list[str], str]] = []
+    for mparts in matches:
+        name = mparts[-1] if mparts else root.name
         if dest_clean is None:
-            base = rel.as_posix() if keeps_shape else local.name
+            base = "/".join(mparts)
         elif single_file and not dest.endswith("/"):  # type: ignore[union-attr]
             base = dest_clean
         else:
-            base = _remote_join(dest_clean, local.name)
-        if local.is_dir():
-            for root, dirs, files in os.walk(local):
-                dirs.sort()
-                for name in sorted(files):
-                    path = pathlib.Path(root) / name
-                    if path.is_file():
-                        inner = path.relative_to(local).as_posix()
-                        plan.append((path, _remote_join(base, inner)))
-        elif local.is_file():
-            plan.append((local, _remote_join(base)))
+            base = _remote_join(dest_clean, name)
+        if airlock.kind(root, mparts, "%push") == "dir":
+            files, inner_skipped = airlock.walk_files(root, mparts, "%push")
+            skipped.extend(inner_skipped)
+            plan.extend((f, _remote_join(base, "/".join(f[len(mparts) :]))) for f in files)
+        else:
+            plan.append((mparts, _remote_join(base)))
     if not plan:
         raise MagicError("FileNotFoundError", f"%push: {pattern!r} matches no regular file")
-    return plan
+    return plan, skipped
 
 
 def _segments_match(pattern: str, path: str) -> bool:
@@ -245,19 +262,18 @@ def _segments_match(pattern: str, path: str) -> bool:
     return walk(0, 0)
 
 
-def local_target(remote: str, local: str | None, cwd: pathlib.Path, many: bool) -> pathlib.Path:
-    """Where a pulled file lands. File names come from the sandbox, which is untrusted:
-    a name that would leave the chosen directory is refused."""
+def local_target(remote: str, local: str | None, root: pathlib.Path, many: bool) -> list[str]:
+    """Where a pulled file lands, as path components under the airlock root. File names
+    come from the sandbox, which is untrusted: a name that would leave the chosen folder
+    is refused; the local part obeys the airlock's rules (see `airlock`)."""
     pure = pathlib.PurePosixPath(remote)
     if pure.is_absolute() or ".." in pure.parts or not pure.parts:
         raise MagicError("ValueError", f"%pull: refusing the sandbox's path {remote!r}")
     if local is None:
-        return cwd / pathlib.Path(*pure.parts)
-    base = pathlib.Path(os.path.expanduser(local))
-    if not base.is_absolute():
-        base = cwd / base
-    if many or local.endswith("/") or base.is_dir():
-        return base / pure.name
+        return list(pure.parts)
+    base = airlock.check_local(local, root, "%pull")
+    if many or local.endswith("/") or not base or airlock.kind(root, base, "%pull") == "dir":
+        return [*base, pure.name]
     return base
 
 
@@ -272,6 +288,8 @@ async def run_magic(call: MagicCall, host: MagicHost) -> None:
         await handler(call.args, host)
     except (SandboxGone, SandboxNotFound, ServerUnavailable, MagicError):
         raise
+    except AirlockError as exc:
+        raise MagicError(exc.ename, exc.evalue) from None
     except InvalidRequest as exc:
         raise MagicError("InvalidRequest", f"%{call.name}: {exc.message}") from None
     except SandboxError as exc:
@@ -285,27 +303,37 @@ async def run_magic(call: MagicCall, host: MagicHost) -> None:
 async def _push(args: list[str], host: MagicHost) -> None:
     if not 1 <= len(args) <= 2:
         raise MagicError("UsageError", HELP["push"])
-    plan = push_plan(args[0], args[1] if len(args) == 2 else None, host.cwd)
+    root = host.airlock_root
+    plan, skipped = push_plan(args[0], args[1] if len(args) == 2 else None, root)
+    for name in skipped:
+        host.stdout(f"skipped {name}: a symlink or special file (the airlock follows no link)\n")
     sbx = await host.sandbox()
     total = 0
-    for local, remote in plan:
+    for parts, remote in plan:
         progress = TransferProgress(host, remote)
-        result = await sbx.files.write(remote, local, progress=progress)
-        size = (result or {}).get("size", local.stat().st_size) if isinstance(result, dict) else local.stat().st_size
-        stored = (result or {}).get("path", remote) if isinstance(result, dict) else remote
+        with airlock.open_for_read(root, parts, "%push") as source:
+            local_size = os.fstat(source.fileno()).st_size
+            result = await sbx.files.write(remote, source, progress=progress)
+        size = result.get("size", local_size) if isinstance(result, dict) else local_size
+        stored = result.get("path", remote) if isinstance(result, dict) else remote
         total += size or 0
         if stored not in host.pushed:
             host.pushed.append(stored)
-        host.stdout(f"pushed {_display_local(local, host.cwd)} → /workspace/{stored} ({format_bytes(size)})\n")
+        host.stdout(f"pushed {'/'.join(parts)} → /workspace/{stored} ({format_bytes(size)})\n")
     if len(plan) > 1:
         host.stdout(f"{len(plan)} files, {format_bytes(total)}\n")
 
 
 async def _pull(args: list[str], host: MagicHost) -> None:
+    force = "--force" in args
+    args = [a for a in args if a != "--force"]
     if not 1 <= len(args) <= 2:
         raise MagicError("UsageError", HELP["pull"])
     remote = _clean_remote(args[0])
     local = args[1] if len(args) == 2 else None
+    root = host.airlock_root
+    if local is not None:
+        airlock.check_local(local, root, "%pull")  # refused before anything is downloaded
     sbx = await host.sandbox()
     if _has_glob(remote):
         # Listed names are escaped (a byte that is not UTF-8 or a control byte as \xHH, a
@@ -323,26 +351,19 @@ async def _pull(args: list[str], host: MagicHost) -> None:
         many = False
     total = 0
     for name in sorted(names):
-        target = local_target(name, local, host.cwd, many)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target = local_target(name, local, root, many)
         try:
-            size = await sbx.files.download(name, target, progress=TransferProgress(host, name))
+            with airlock.Writer(root, target, force, "%pull") as sink:
+                size = await sbx.files.download(name, sink, progress=TransferProgress(host, name))
         except SandboxNotFound as exc:
             # 404 is also the answer for an unknown sandbox: if that is what it meant,
             # refresh raises it again and the kernel replaces the sandbox.
             await sbx.refresh()
             raise MagicError("FileNotFoundError", f"%pull: /workspace/{name}: {exc.message}") from None
         total += size
-        host.stdout(f"pulled /workspace/{name} → {_display_local(target, host.cwd)} ({format_bytes(size)})\n")
+        host.stdout(f"pulled /workspace/{name} → {'/'.join(target)} ({format_bytes(size)})\n")
     if len(names) > 1:
         host.stdout(f"{len(names)} files, {format_bytes(total)}\n")
-
-
-def _display_local(path: pathlib.Path, cwd: pathlib.Path) -> str:
-    try:
-        return path.relative_to(cwd).as_posix()
-    except ValueError:
-        return str(path)
 
 
 def _when(value: t.Any) -> str:
@@ -391,7 +412,9 @@ def describe_isolation(iso: dict[str, t.Any]) -> list[str]:
     return lines
 
 
-def describe(info: t.Any, server_url: str, pushed: t.Sequence[str]) -> str:
+def describe(
+    info: t.Any, server_url: str, pushed: t.Sequence[str], outputs: str = "", airlock_root: pathlib.Path | None = None
+) -> str:
     """The `%sandbox` report: one fact a line, for people."""
     lim = info.limits
     limits = []
@@ -420,6 +443,8 @@ def describe(info: t.Any, server_url: str, pushed: t.Sequence[str]) -> str:
         *[("", line) for line in iso_lines[1:]],
         ("cells run", str(info.execution_count)),
         ("pushed", ", ".join(pushed) if pushed else "nothing yet"),
+        *([("airlock", f"%push/%pull only inside {airlock_root}")] if airlock_root is not None else []),
+        *([("outputs", outputs)] if outputs else []),
         ("server", server_url),
     ]
     width = max(len(k) for k, _ in rows)
@@ -431,7 +456,7 @@ async def _sandbox(args: list[str], host: MagicHost) -> None:
         raise MagicError("UsageError", HELP["sandbox"])
     sbx = await host.sandbox()
     info = await sbx.refresh()
-    host.stdout(describe(info, host.server_url, host.pushed))
+    host.stdout(describe(info, host.server_url, host.pushed, host.outputs_mode, host.airlock_root))
 
 
 async def _ttl(args: list[str], host: MagicHost) -> None:
@@ -476,8 +501,9 @@ def magic_name_matches(code: str, cursor_pos: int) -> list[str]:
     return [f"%{m}" for m in MAGICS if f"%{m}".startswith(line)]
 
 
-def push_path_completions(code: str, cursor_pos: int, cwd: pathlib.Path) -> dict[str, t.Any] | None:
-    """Local paths for the first argument of `%push`, which the sandbox cannot see.
+def push_path_completions(code: str, cursor_pos: int, root: pathlib.Path) -> dict[str, t.Any] | None:
+    """Local paths for the first argument of `%push`, which the sandbox cannot see: only
+    paths inside the airlock root, the only ones `%push` accepts.
 
     None when the cursor is elsewhere, so that the sandbox answers.
     """
@@ -490,13 +516,11 @@ def push_path_completions(code: str, cursor_pos: int, cwd: pathlib.Path) -> dict
     if len(tokens) > 1 or (tokens and ends_with_space):
         return None  # past the local path: the destination is the sandbox's business
     word = tokens[0] if tokens else ""
-    expanded = os.path.expanduser(word)
-    base = cwd if not os.path.isabs(expanded) else pathlib.Path("/")
     matches = []
-    for candidate in sorted(glob.glob(glob.escape(expanded) + "*", root_dir=base)):
-        full = base / candidate
-        text = candidate if not word.startswith("~") else word + candidate[len(expanded) :]
-        matches.append(text + ("/" if full.is_dir() else ""))
+    if not word.startswith(("/", "~")) and ".." not in word.split("/"):
+        for candidate in sorted(glob.glob(glob.escape(word) + "*", root_dir=root)):
+            full = root / candidate
+            matches.append(candidate + ("/" if full.is_dir() and not full.is_symlink() else ""))
     return {
         "matches": matches,
         "cursor_start": cursor_pos - len(word),

@@ -3,8 +3,9 @@
 Pure functions and one small state machine (`CellMapper`), no I/O, so that every rule
 here is testable without a server or a kernel. The rules that matter to notebook tools:
 
-- every MIME type passes through untouched, with `metadata` always present (nbformat
-  and jupyter_kernel_test require it);
+- display bundles go through the output policy (`output_policy`): passive types pass,
+  active ones are shown in isolated frames, the rest and all unknown metadata are dropped;
+  `metadata` is always present (nbformat and jupyter_kernel_test require it);
 - a failing cell yields exactly one `error` message, and its reply says `status: error`
   even when the server sent no error event (a killed sandbox, an aborted cell), because
   nbclient and papermill stop on the reply, not on stderr text;
@@ -18,38 +19,46 @@ from dataclasses import dataclass, field
 
 from sandbox.runtime import vocabulary as V
 
+from .output_policy import filter_bundle, filter_transient
+
 Message = t.Tuple[str, t.Dict[str, t.Any]]
 
 
-def event_to_message(event: dict[str, t.Any], execution_count: int | None = None) -> Message | None:
-    """The Jupyter IOPub message for one sandbox event, or None for events with no
-    Jupyter counterpart (`done`, and types newer than this kernel)."""
+def event_to_messages(
+    event: dict[str, t.Any], execution_count: int | None = None, passthrough: bool = False
+) -> list[Message]:
+    """The Jupyter IOPub messages for one sandbox event: none for events with no Jupyter
+    counterpart (`done`, and types newer than this kernel); for a display, the filtered
+    bundle and, on stderr, a note for each part that was refused."""
     kind = event.get("type")
     if kind == V.STREAM:
         name = event.get("name") if event.get("name") in V.STREAM_NAMES else V.STDOUT
-        return "stream", {"name": name, "text": str(event.get("text", ""))}
-    if kind in (V.DISPLAY_DATA, V.UPDATE_DISPLAY_DATA):
-        content: dict[str, t.Any] = {
-            "data": dict(event.get("data") or {}),
-            "metadata": dict(event.get("metadata") or {}),
-            "transient": dict(event.get("transient") or {}),
-        }
-        if kind == V.UPDATE_DISPLAY_DATA and not content["transient"].get("display_id"):
-            # An update with nothing to update is shown rather than dropped.
-            kind = V.DISPLAY_DATA
-        return kind, content
-    if kind == V.EXECUTE_RESULT:
-        count = event.get("execution_count", execution_count)
-        return "execute_result", {
-            "execution_count": count,
-            "data": dict(event.get("data") or {}),
-            "metadata": dict(event.get("metadata") or {}),
-        }
+        return [("stream", {"name": name, "text": str(event.get("text", ""))})]
+    if kind in (V.DISPLAY_DATA, V.UPDATE_DISPLAY_DATA, V.EXECUTE_RESULT):
+        bundle = filter_bundle(event.get("data"), event.get("metadata"), passthrough)
+        content: dict[str, t.Any] = {"data": bundle.data, "metadata": bundle.metadata}
+        if kind == V.EXECUTE_RESULT:
+            content = {"execution_count": event.get("execution_count", execution_count), **content}
+        else:
+            content["transient"] = (
+                dict(event.get("transient") or {}) if passthrough else filter_transient(event.get("transient"))
+            )
+            if kind == V.UPDATE_DISPLAY_DATA and not content["transient"].get("display_id"):
+                # An update with nothing to update is shown rather than dropped.
+                kind = V.DISPLAY_DATA
+        notes = [("stream", {"name": "stderr", "text": f"{note}\n"}) for note in bundle.notes]
+        return [(kind, content), *notes]
     if kind == V.CLEAR_OUTPUT:
-        return "clear_output", {"wait": bool(event.get("wait", False))}
+        return [("clear_output", {"wait": bool(event.get("wait", False))})]
     if kind == V.ERROR:
-        return "error", error_content(event.get("ename", "Error"), event.get("evalue", ""), event.get("traceback"))
-    return None
+        return [("error", error_content(event.get("ename", "Error"), event.get("evalue", ""), event.get("traceback")))]
+    return []
+
+
+def event_to_message(event: dict[str, t.Any], execution_count: int | None = None) -> Message | None:
+    """The main IOPub message for one sandbox event (see `event_to_messages`), or None."""
+    messages = event_to_messages(event, execution_count)
+    return messages[0] if messages else None
 
 
 def error_content(ename: str, evalue: str, traceback: t.Iterable[str] | None = None) -> dict[str, t.Any]:
@@ -80,6 +89,8 @@ class CellMapper:
     """Maps the events of one cell to messages and, at the end, to the execute reply."""
 
     execution_count: int | None = None
+    # True only when the user opted into unfiltered outputs (see output_policy).
+    passthrough: bool = False
     error: dict[str, t.Any] | None = None
     done: dict[str, t.Any] | None = None
     text_result: str | None = field(default=None, repr=False)
@@ -97,16 +108,14 @@ class CellMapper:
             data = event.get("data") or {}
             if "text/plain" in data:
                 self.text_result = str(data["text/plain"])
-        message = event_to_message(event, self.execution_count)
-        if message is None:
-            return []
-        if message[0] == "error":
+        messages = event_to_messages(event, self.execution_count, self.passthrough)
+        if messages and messages[0][0] == "error":
             if self.error is not None:
                 # One error per cell: a second one is shown as text, not lost.
-                content = message[1]
+                content = messages[0][1]
                 return [("stream", {"name": "stderr", "text": f"{content['ename']}: {content['evalue']}\n"})]
-            self.error = message[1]
-        return [message]
+            self.error = messages[0][1]
+        return messages
 
     def finish(self) -> tuple[list[Message], dict[str, t.Any]]:
         """Messages still owed (a synthesized error) and the execute reply content."""

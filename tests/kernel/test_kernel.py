@@ -116,7 +116,35 @@ def test_output_streams_while_the_cell_runs(kc):
     assert (reply_at - stamps[0]).total_seconds() > 1.0
 
 
-def test_every_mime_type_passes_through_with_metadata(kc):
+def test_active_outputs_reach_the_page_only_in_isolated_frames(kc):
+    """What the sandbox displays goes through the output policy (kernel/output_policy.py):
+    HTML becomes a sandboxed frame, metadata loses `trusted`, unknown types are withheld,
+    text/plain stays as IPython made it."""
+    code = (
+        "from IPython.display import display, HTML, Javascript\n"
+        "display(HTML('<script>top.owned = 1</script>'), metadata={'trusted': True, 'isolated': False})\n"
+        "display(Javascript('top.owned = 2'))\n"
+        "display({'application/vnd.test+json': {'a': 1}, 'text/plain': 'plain'}, raw=True,"
+        " metadata={'application/vnd.test+json': {'m': 2}})"
+    )
+    run = run_cell(kc, code)
+    assert run.status == "ok", run.errors
+    # (the first cell of a kernel may also show "creating the sandbox …" progress)
+    shown = [m for m in run.of_type("display_data") if "sandbox-startup" not in str(m["content"]["transient"])]
+    html_msg, js_msg, vnd_msg = shown[-3:]
+    for msg, payload in ((html_msg, "top.owned = 1"), (js_msg, "top.owned = 2")):
+        shown = msg["content"]["data"]["text/html"]
+        assert shown.startswith('<iframe class="sandbox-output" sandbox="allow-scripts" '), shown[:200]
+        assert payload not in shown.split('srcdoc="')[0], "the payload is only inside the frame's document"
+        assert msg["content"]["metadata"] == {}
+    assert "application/javascript" not in js_msg["content"]["data"]
+    assert html_msg["content"]["data"]["text/plain"] == "<IPython.core.display.HTML object>"
+    assert vnd_msg["content"]["data"] == {"text/plain": "plain"}
+    assert vnd_msg["content"]["metadata"] == {}
+
+
+def test_pass_through_when_the_user_opts_in(start_kernel):
+    km, kc = start_kernel(SANDBOX_KERNEL_UNSAFE_TRUST_SANDBOX_OUTPUTS="1")
     code = (
         "from IPython.display import display\n"
         "display({'application/vnd.test+json': {'a': 1}, 'text/plain': 'plain'}, raw=True,"
@@ -125,8 +153,8 @@ def test_every_mime_type_passes_through_with_metadata(kc):
     run = run_cell(kc, code)
     (msg,) = [m for m in run.of_type("display_data") if "application/vnd.test+json" in m["content"]["data"]]
     assert msg["content"]["data"]["application/vnd.test+json"] == {"a": 1}
-    assert msg["content"]["data"]["text/plain"] == "plain"
     assert msg["content"]["metadata"] == {"application/vnd.test+json": {"m": 2}}
+    assert "UNFILTERED" in run_cell(kc, "%sandbox").stdout
 
 
 def test_update_display_data_keeps_display_id(kc):
@@ -470,10 +498,47 @@ def test_pull_of_a_missing_file_fails_readably(kc, tmp_path):
     assert "Traceback" not in "".join(run.errors[0]["traceback"])
 
 
+def test_airlock_stays_in_the_notebooks_folder_with_host_cells_off(start_kernel, tmp_path):
+    """The attacks of issue 13, through a real kernel and sandbox: with host cells off a cell
+    can neither write outside the folder (absolute path, '..', a planted symlink) nor read
+    a host file through a symlink, and existing files are replaced only with --force."""
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    secret.chmod(0o600)
+    (folder / "stolen.txt").symlink_to(secret)
+    (folder / "sitecustomize.py").symlink_to(tmp_path / "planted.py")
+    (folder / "kept.txt").write_text("mine")
+    km, kc = start_kernel(cwd=folder, SANDBOX_KERNEL_HOST_CELLS="0")
+    assert run_cell(kc, "open('/workspace/payload.py', 'w').write('evil')").status == "ok"
+
+    attempts = {
+        f"%pull payload.py {tmp_path}/abs.py": "absolute paths are not allowed",
+        "%pull payload.py ../dotdot.py": "'..' is not allowed",
+        "%pull payload.py sitecustomize.py": "symlink",
+        "%pull payload.py kept.txt": "--force",
+        "%push stolen.txt": "symlink",
+        f"%push {secret}": "absolute paths are not allowed",
+    }
+    for line, why in attempts.items():
+        run = run_cell(kc, line, stop_on_error=False)
+        assert run.status == "error", line
+        assert why in run.reply["content"]["evalue"], (line, run.reply["content"]["evalue"])
+        assert "Traceback" not in "".join(run.errors[0]["traceback"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nb", "secret.txt"], "nothing written outside the folder"
+    assert (folder / "kept.txt").read_text() == "mine"
+    assert run_cell(kc, "import os; os.listdir('/workspace')").result_text() == "['payload.py']"
+
+    run = run_cell(kc, "%pull --force payload.py kept.txt")
+    assert run.status == "ok", run.errors
+    assert (folder / "kept.txt").read_text() == "evil"
+
+
 def test_sandbox_magic_shows_status_limits_and_isolation(kc):
     run = run_cell(kc, "%sandbox")
     assert run.status == "ok"
-    for label in ("sandbox", "state", "image", "TTL", "limits", "isolation", "server"):
+    for label in ("sandbox", "state", "image", "TTL", "limits", "isolation", "airlock", "outputs", "server"):
         assert re.search(rf"^{label}\s", run.stdout, re.M), f"{label} missing:\n{run.stdout}"
     assert "running" in run.stdout
     assert "memory" in run.stdout

@@ -29,9 +29,9 @@ def test_every_event_type_maps_to_its_message():
         "stream",
         {"name": "stderr", "text": "x"},
     )
-    kind, content = event_to_message({"type": "display_data", "data": {"image/png": "AAA", "x/y": 1}})
+    kind, content = event_to_message({"type": "display_data", "data": {"text/plain": "p", "x/y": 1}})
     assert kind == "display_data"
-    assert content == {"data": {"image/png": "AAA", "x/y": 1}, "metadata": {}, "transient": {}}
+    assert content == {"data": {"text/plain": "p"}, "metadata": {}, "transient": {}}
     kind, content = event_to_message(
         {"type": "update_display_data", "data": {"text/plain": "2"}, "metadata": {}, "transient": {"display_id": "d"}}
     )
@@ -122,20 +122,16 @@ def test_push_plan_keeps_relative_shape(tmp_path: pathlib.Path):
     (tmp_path / "data").mkdir()
     for name in ("a.csv", "b.csv", "c.txt"):
         (tmp_path / "data" / name).write_text(name)
-    plan = push_plan("data/*.csv", None, tmp_path)
-    assert [r for _, r in plan] == ["data/a.csv", "data/b.csv"]
-    assert [r for _, r in push_plan("data/a.csv", "renamed.csv", tmp_path)] == ["renamed.csv"]
-    assert [r for _, r in push_plan("data/a.csv", "into/", tmp_path)] == ["into/a.csv"]
-    assert [r for _, r in push_plan("data/*.csv", "/workspace/in", tmp_path)] == ["in/a.csv", "in/b.csv"]
-    assert sorted(r for _, r in push_plan("data", None, tmp_path)) == ["data/a.csv", "data/b.csv", "data/c.txt"]
+    plan, _ = push_plan("data/*.csv", None, tmp_path)
+    assert plan == [(["data", "a.csv"], "data/a.csv"), (["data", "b.csv"], "data/b.csv")]
 
+    def remotes(pattern, dest):
+        return [r for _, r in push_plan(pattern, dest, tmp_path)[0]]
 
-def test_push_plan_outside_cwd_lands_by_name(tmp_path: pathlib.Path):
-    (tmp_path / "x.txt").write_text("x")
-    sub = tmp_path / "sub"
-    sub.mkdir()
-    assert [r for _, r in push_plan("../x.txt", None, sub)] == ["x.txt"]
-    assert [r for _, r in push_plan(str(tmp_path / "x.txt"), None, sub)] == ["x.txt"]
+    assert remotes("data/a.csv", "renamed.csv") == ["renamed.csv"]
+    assert remotes("data/a.csv", "into/") == ["into/a.csv"]
+    assert remotes("data/*.csv", "/workspace/in") == ["in/a.csv", "in/b.csv"]
+    assert sorted(remotes("data", None)) == ["data/a.csv", "data/b.csv", "data/c.txt"]
 
 
 def test_push_plan_nothing_matches(tmp_path: pathlib.Path):
@@ -148,9 +144,11 @@ def test_pull_refuses_sandbox_paths_that_escape(tmp_path: pathlib.Path):
     for bad in ("../etc/passwd", "/etc/passwd", "a/../../b"):
         with pytest.raises(MagicError):
             local_target(bad, None, tmp_path, many=False)
-    assert local_target("out/r.txt", None, tmp_path, many=False) == tmp_path / "out" / "r.txt"
-    assert local_target("out/r.txt", "copies/", tmp_path, many=False) == tmp_path / "copies" / "r.txt"
-    assert local_target("out/r.txt", "r2.txt", tmp_path, many=False) == tmp_path / "r2.txt"
+    assert local_target("out/r.txt", None, tmp_path, many=False) == ["out", "r.txt"]
+    assert local_target("out/r.txt", "copies/", tmp_path, many=False) == ["copies", "r.txt"]
+    assert local_target("out/r.txt", "r2.txt", tmp_path, many=False) == ["r2.txt"]
+    (tmp_path / "existing").mkdir()
+    assert local_target("out/r.txt", "existing", tmp_path, many=False) == ["existing", "r.txt"]
 
 
 def test_remote_glob_matches_by_segment():

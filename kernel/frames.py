@@ -1,0 +1,166 @@
+"""Active sandbox output (HTML, JavaScript, SVG, Markdown) as an isolated frame.
+
+JupyterLab runs the scripts of every `text/html` and `application/javascript` output of the
+session with the page's rights: its origin, its cookies, its token, its terminals. Output
+from a sandbox is written by the code in the sandbox, so it must never get those rights.
+Colab and VS Code notebooks solve the same problem the same way: untrusted output is shown
+inside an `<iframe sandbox="allow-scripts">` *without* `allow-same-origin`. Such a frame
+has an opaque origin: its scripts run (an interactive chart keeps working) but cannot read
+the page, its storage or cookies, cannot call the Jupyter server with the user's rights,
+cannot navigate the page, open windows or submit forms.
+
+What this module builds, as the `text/html` JupyterLab receives:
+
+    <iframe sandbox="allow-scripts" srcdoc="ESCAPED DOCUMENT" ...>fallback text</iframe>
+    <script>height listener</script>
+
+- The frame's document starts with a Content-Security-Policy that allows inline scripts and
+  styles and `data:`/`blob:` images but no network at all: the sandbox has no network, and
+  its output should not get one through the user's browser (a chart that loads its library
+  from a CDN must inline it instead). A later policy in the sandbox's document can only
+  restrict further, never relax.
+- The document is escaped for a double-quoted attribute (`html.escape(quote=True)`), so
+  no byte of sandbox output is ever parsed by the page itself.
+- Sizing: a script of ours at the top of the frame posts its content height to the parent.
+  The parent's listener (the `<script>` after the frame, our fixed code, no sandbox bytes
+  in it) accepts a message only from *that* frame's `contentWindow` and only a finite
+  number, clamped to `MAX_HEIGHT`; anything else is ignored. So a table or a chart shows
+  without a scrollbar, and a hostile frame can at worst change its own height.
+- The text inside `<iframe>…</iframe>` is never shown by a browser that renders the frame.
+  When JupyterLab shows a saved notebook as untrusted it sanitizes the HTML, which drops
+  the frame (and our script) and keeps that text: the user reads a note instead of a blank.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+# Frames never grow past this (pixels); taller content scrolls inside its frame.
+MAX_HEIGHT = 4000
+# Height before the frame reports its own (and if it never does).
+INITIAL_HEIGHT = 60
+
+CSP = (
+    "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
+    "img-src data: blob:; font-src data:; media-src data: blob:; form-action 'none'; base-uri 'none'"
+)
+
+# Close to JupyterLab's own look for what sandboxes show most: pandas tables.
+STYLE = """
+html { color-scheme: light; }
+body { margin: 0; padding: 2px 0; font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif;
+       font-size: 13px; line-height: 1.4; color: rgba(0, 0, 0, 0.87); background: transparent; overflow-y: hidden; }
+table { border-collapse: collapse; border: none; font-size: 12px; table-layout: fixed; }
+thead { border-bottom: 1px solid rgba(0, 0, 0, 0.25); vertical-align: bottom; }
+td, th, tr { text-align: right; vertical-align: middle; padding: 0.5em; line-height: normal; white-space: normal;
+             max-width: none; border: none; }
+th { font-weight: bold; }
+tbody tr:nth-child(odd) { background: #f5f5f5; }
+tbody tr:hover { background: rgba(66, 165, 245, 0.2); }
+pre, code { font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-size: 12px; }
+img, svg, canvas { max-width: 100%; }
+"""
+
+# Posts the content's height to the parent whenever it changes. `documentElement`'s box is
+# as tall as the content (not the viewport), so a frame also shrinks when its content does.
+REPORT_HEIGHT = """
+(function () {
+  var last = -1;
+  function send() {
+    var root = document.documentElement;
+    var h = Math.ceil(root.getBoundingClientRect().height);
+    if (root.scrollWidth > root.clientWidth) { h += 18; }
+    if (h !== last) { last = h; parent.postMessage({sandboxOutputHeight: h}, '*'); }
+  }
+  if (typeof ResizeObserver === 'function') { new ResizeObserver(send).observe(document.documentElement); }
+  addEventListener('load', send);
+  document.addEventListener('DOMContentLoaded', send);
+})();
+"""
+
+# The parent's side: our fixed code, run by JupyterLab in the page for a trusted output. It
+# finds its own frame (the element just before it) and listens to that frame alone.
+LISTEN_HEIGHT = (
+    "(function () {"
+    "var s = document.currentScript, f = s && s.previousElementSibling;"
+    "if (!f || f.tagName !== 'IFRAME') { return; }"
+    "function on(e) {"
+    "if (!f.isConnected) { removeEventListener('message', on); return; }"
+    "if (e.source !== f.contentWindow) { return; }"
+    "var d = e.data;"
+    "if (d === null || typeof d !== 'object') { return; }"
+    "var h = d.sandboxOutputHeight;"
+    "if (typeof h !== 'number' || !isFinite(h)) { return; }"
+    f"f.style.height = Math.max(8, Math.min({MAX_HEIGHT}, Math.ceil(h))) + 'px';"
+    "}"
+    "addEventListener('message', on);"
+    "})();"
+)
+
+FALLBACK = (
+    "[{kind} output from the sandbox: shown only in an isolated frame, which this view does not "
+    "display (the notebook is not trusted here). Run the cell again to see it.]"
+)
+
+
+def _script_text(code: str) -> str:
+    """JavaScript made safe to sit inside a `<script>` element (correctness only: the
+    frame is the security boundary, this just keeps `</script>` in a string from ending
+    the element early)."""
+    code = re.sub(r"</(script)", r"<\\/\1", code, flags=re.IGNORECASE)
+    return code.replace("<!--", "<\\!--")
+
+
+def document(body: str, *, head: str = "") -> str:
+    """The frame's whole document around `body`, which is sandbox output."""
+    return (
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
+        f"<style>{STYLE}</style><script>{REPORT_HEIGHT}</script>{head}</head>"
+        f"<body>{body}</body></html>"
+    )
+
+
+def html_document(source: str) -> str:
+    return document(source)
+
+
+def javascript_document(source: str) -> str:
+    """As JupyterLab runs `application/javascript`: with `element`, the output's node."""
+    return document(
+        '<div id="output"></div>'
+        f"<script>var element = document.getElementById('output');\n{_script_text(source)}\n</script>"
+    )
+
+
+def svg_document(source: str) -> str:
+    return document(source)
+
+
+def markdown_document(source: str) -> str:
+    """Markdown rendered here (CommonMark plus tables, raw HTML kept: it stays in the frame)."""
+    from markdown_it import MarkdownIt
+
+    return document(MarkdownIt("commonmark", {"html": True}).enable("table").render(source))
+
+
+BUILDERS = {
+    "application/javascript": javascript_document,
+    "text/html": html_document,
+    "text/markdown": markdown_document,
+    "image/svg+xml": svg_document,
+}
+
+
+def framed_html(mime: str, source: str) -> str:
+    """The `text/html` that shows `source` (of type `mime`) in an isolated frame."""
+    doc = BUILDERS[mime](source)
+    fallback = html.escape(FALLBACK.format(kind=mime))
+    return (
+        f'<iframe class="sandbox-output" sandbox="allow-scripts" referrerpolicy="no-referrer" '
+        f'title="{html.escape(mime)} output from the sandbox" '
+        f'style="width: 100%; height: {INITIAL_HEIGHT}px; border: 0; display: block;" '
+        f'srcdoc="{html.escape(doc, quote=True)}">{fallback}</iframe>'
+        f"<script>{LISTEN_HEIGHT}</script>"
+    )

@@ -1,0 +1,240 @@
+"""Sandbox output gets no rights over the JupyterLab page: a real Chromium, a real JupyterLab
+started as README says, the "Python (sandbox)" kernel on the session's server.
+
+One cell per payload class of issue 13 (a Javascript display, `<script>` and `onerror=` in
+HTML, an `<iframe srcdoc>`, raw HTML in Markdown, an SVG with a script, HTML displayed with
+`metadata={"trusted": True}`, an unknown vnd type). Each payload tries to mark the top page
+(`window.top.__owned`) and to PUT a file through /api/contents with the page's token (or,
+since it cannot read it, with the real token the test hands it: the call must fail even
+then). Each also marks its own document, so the test sees that it *did* run, in its frame.
+
+Then ordinary outputs still render: a DataFrame as a table without a scrollbar, a
+matplotlib PNG, and a small interactive chart (a script drawing into a canvas) that runs
+inside its frame. Finally the notebook is saved and the page reloaded, as a user reopening
+it would, and the same holds for what JupyterLab shows then.
+
+Fixtures and helpers are the main browser test's (test_browser_jupyterlab.py).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import tempfile
+import typing as t
+
+import httpx
+import pytest
+
+import support
+from test_browser_jupyterlab import ARTIFACTS, CELL_MS, CHROMIUM, CHROMIUM_ARGS, KERNEL_START_MS, Notebook, start_lab
+from test_browser_jupyterlab import pytestmark  # noqa: F401  (slow, timeout, skip without a browser)
+
+NOTEBOOK = "payloads.ipynb"
+
+# Runs wherever a payload lands. Single quotes only, so that it fits in an HTML attribute.
+PAYLOAD = (
+    "(function(){var tag='TAG';"
+    "try{document.documentElement.setAttribute('data-ran',tag)}catch(e){}"
+    "try{window.top.__owned=(window.top.__owned||[]).concat([tag])}catch(e){}"
+    "try{window.parent.__owned=(window.parent.__owned||[]).concat([tag])}catch(e){}"
+    "var tok='TOKEN';"
+    "try{tok=JSON.parse(window.top.document.getElementById('jupyter-config-data').textContent).token}catch(e){}"
+    "try{fetch('BASE/api/contents/owned-'+tag+'.txt',{method:'PUT',credentials:'include',"
+    "headers:{'Content-Type':'application/json','Authorization':'token '+tok},"
+    "body:JSON.stringify({type:'file',format:'text',content:tag})}).catch(function(){})}catch(e){}"
+    "})();"
+)
+
+PAYLOAD_TAGS = ["javascript", "html-script", "html-onerror", "iframe-srcdoc", "markdown", "svg", "trusted-metadata"]
+
+
+def payload_cells(base: str, token: str) -> list[str]:
+    def js(tag: str) -> str:
+        return PAYLOAD.replace("TAG", tag).replace("TOKEN", token).replace("BASE", base)
+
+    def q(text: str) -> str:
+        return json.dumps(text)  # a Python string literal
+
+    return [
+        "from IPython.display import display, HTML, Javascript, Markdown\n"
+        f"display(Javascript({q(js('javascript'))}))",
+        f"display(HTML({q('<script>' + js('html-script') + '</script>')}))",
+        f"display(HTML({q('<img src=x onerror=\"' + js('html-onerror') + '\">')}))",
+        f"display(HTML({q('<iframe srcdoc=\"<script>' + js('iframe-srcdoc') + '</script>\"></iframe>')}))",
+        f"display(Markdown({q('# Markdown with raw HTML' + chr(10) * 2 + '<img src=x onerror=\"' + js('markdown') + '\">')}))",
+        "display({'image/svg+xml': "
+        + q('<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20"><script>' + js("svg") + "</script></svg>")
+        + ", 'text/plain': 'svg'}, raw=True)",
+        "display({'text/html': "
+        + q("<script>" + js("trusted-metadata") + "</script>")
+        + "}, raw=True, metadata={'trusted': True, 'isolated': False, 'text/html': {'isolated': False}})",
+        "display({'application/vnd.vegalite.v5+json': {'mark': 'bar', 'data': {'values': [{'a': 1}]},"
+        " 'encoding': {'x': {'field': 'a'}}}, 'text/plain': 'vnd withheld'}, raw=True)",
+    ]
+
+
+ORDINARY_CELLS = [
+    "import pandas as pd\npd.DataFrame({'campaign': ['spring', 'summer', 'autumn'], 'clicks': [120, 95, 88]})",
+    "import matplotlib.pyplot as plt\nplt.bar(['a', 'b', 'c'], [3, 1, 2])\nplt.show()",
+    "display(HTML('<canvas id=\"chart\" width=\"240\" height=\"80\"></canvas><script>"
+    "var g = document.getElementById(\"chart\").getContext(\"2d\");"
+    "g.fillStyle = \"rgb(200, 0, 0)\"; g.fillRect(10, 10, 120, 50);"
+    "document.documentElement.setAttribute(\"data-chart\", \"drawn\");</script>'))",
+]
+
+
+def write_notebook(root: pathlib.Path, cells: list[str]) -> None:
+    nb = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+                   "source": src} for i, src in enumerate(cells)],
+        "metadata": {"kernelspec": {"name": "sandbox", "display_name": "Python (sandbox)", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (root / NOTEBOOK).write_text(json.dumps(nb))
+
+
+def frame_marks(page: t.Any, attribute: str) -> set[str]:
+    """The `attribute` of every frame's root element: which payloads ran, and where."""
+    marks = set()
+    for frame in page.frames:
+        try:
+            value = frame.evaluate(f"() => document.documentElement.getAttribute('{attribute}')")
+        except Exception:  # a frame that went away meanwhile
+            continue
+        if value:
+            marks.add(value)
+    return marks
+
+
+def assert_page_untouched(page: t.Any, lab: t.Any) -> None:
+    assert page.evaluate("() => window.__owned === undefined"), page.evaluate("() => window.__owned")
+    listing = httpx.get(f"{lab.base}/api/contents", params={"token": lab.token}, timeout=10).json()
+    names = sorted(item["name"] for item in listing["content"])
+    assert not [n for n in names if n.startswith("owned-")], f"a payload wrote through the server: {names}"
+    assert not list(lab.root.glob("owned-*")), "a payload wrote a file next to the notebook"
+
+
+def test_sandbox_outputs_cannot_touch_the_page(sandbox_server: support.Server) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="sbk-browser-isolation-"))
+    lab = start_lab(sandbox_server, workdir)
+    page = None
+    try:
+        cells = payload_cells(lab.base, lab.token) + ORDINARY_CELLS
+        write_notebook(lab.root, cells)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1440, "height": 1000})
+                page.set_default_timeout(60_000)
+                run_payloads(page, lab, len(cells), expect)
+            except BaseException:
+                if page is not None:
+                    try:
+                        page.screenshot(path=str(ARTIFACTS / "isolation-failure.png"), full_page=True)
+                    except Exception:
+                        pass
+                print(f"JupyterLab log tail:\n{lab.log_tail()}", flush=True)
+                raise
+            finally:
+                browser.close()
+    finally:
+        lab.stop()
+        left = lab.reap_kernels()
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert not left, f"kernel processes {left} outlived JupyterLab"
+
+
+def run_payloads(page: t.Any, lab: t.Any, n_cells: int, expect: t.Any) -> None:
+    page.goto(f"{lab.base}/lab/tree/{NOTEBOOK}?token={lab.token}", wait_until="domcontentloaded")
+    nb = Notebook(page)
+    nb.panel.wait_for(state="visible", timeout=120_000)
+    nb.wait_status("idle", KERNEL_START_MS)
+    # Run → Run All Cells.
+    page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
+    page.locator('.lm-Menu-item[data-command="notebook:run-all-cells"]').first.click()
+    for index in range(n_cells):
+        nb.wait_done(index, CELL_MS)
+    nb.wait_status("idle", CELL_MS)
+    for index in range(n_cells):
+        assert "Error" not in nb.output_text(index), (index, nb.output_text(index))
+
+    # Every payload ran (scripts work in frames) ...
+    expect_ran = set(PAYLOAD_TAGS)
+    deadline_ms = 30_000
+    waited = 0
+    while frame_marks(page, "data-ran") != expect_ran and waited < deadline_ms:
+        page.wait_for_timeout(500)
+        waited += 500
+    assert frame_marks(page, "data-ran") == expect_ran, f"payloads that ran: {frame_marks(page, 'data-ran')}"
+    # ... each inside a frame with an opaque origin, and none reached the page or the server.
+    page.wait_for_timeout(2_000)  # let any fetch a payload started settle
+    assert_page_untouched(page, lab)
+    for frame in page.frames[1:]:
+        assert frame.evaluate("() => self.origin") == "null", frame.url
+    frames = page.locator("iframe.sandbox-output")
+    # One frame per payload (the srcdoc one nests inside its own), the table's, the chart's.
+    assert frames.count() == len(PAYLOAD_TAGS) + 2, frames.count()
+    for index in range(frames.count()):
+        assert frames.nth(index).get_attribute("sandbox") == "allow-scripts"
+
+    # The vnd type is withheld: its text/plain shows, no vega renderer was used.
+    vnd = nb.output(len(PAYLOAD_TAGS))
+    expect(vnd).to_contain_text("vnd withheld")
+    assert vnd.locator(".vega-embed, iframe").count() == 0
+
+    # Ordinary outputs: a table without a scrollbar, a PNG, a chart drawn by its script.
+    table_cell = len(PAYLOAD_TAGS) + 1
+    table_frame_el = nb.output(table_cell).locator("iframe.sandbox-output")
+    expect(table_frame_el).to_be_visible()
+    table_frame = table_frame_el.element_handle().content_frame()
+    expect(table_frame.locator("table")).to_be_visible()
+    expect(table_frame.locator("table")).to_contain_text("summer")
+    page.wait_for_function(
+        "el => el.getBoundingClientRect().height > 100", arg=table_frame_el.element_handle(), timeout=30_000
+    )
+    overflow = table_frame.evaluate("() => document.documentElement.scrollHeight - window.innerHeight")
+    assert overflow <= 1, f"the table's frame scrolls by {overflow} px"
+    img = nb.output(table_cell + 1).locator('img[src^="data:image/png"]')
+    expect(img).to_be_visible()
+    assert img.evaluate("el => el.naturalWidth") > 100
+    chart_frame = nb.output(table_cell + 2).locator("iframe.sandbox-output").element_handle().content_frame()
+    assert chart_frame.evaluate("() => document.documentElement.getAttribute('data-chart')") == "drawn"
+    pixel = chart_frame.evaluate(
+        "() => Array.from(document.getElementById('chart').getContext('2d').getImageData(50, 30, 1, 1).data)"
+    )
+    assert pixel[:3] == [200, 0, 0], pixel
+    nb.cells.nth(table_cell).scroll_into_view_if_needed()
+    nb.shot("isolation-01-outputs.png")
+
+    # Save, reload: the saved notebook holds only what the kernel sent, and whatever
+    # JupyterLab makes of it (trusted: frames again; untrusted: the fallback note) the page
+    # stays untouched.
+    page.keyboard.press("Control+s")
+    page.wait_for_function(
+        "() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-mod-dirty')", timeout=30_000
+    )
+    saved = httpx.get(f"{lab.base}/api/contents/{NOTEBOOK}", params={"token": lab.token}, timeout=10).json()
+    for cell in saved["content"]["cells"][: len(PAYLOAD_TAGS)]:
+        for out in cell["outputs"]:
+            html = out.get("data", {}).get("text/html", "")
+            assert html.startswith('<iframe class="sandbox-output" sandbox="allow-scripts"'), html[:120]
+            assert "trusted" not in json.dumps(out.get("metadata", {}))
+    page.reload(wait_until="domcontentloaded")
+    nb = Notebook(page)
+    nb.panel.wait_for(state="visible", timeout=120_000)
+    nb.cells.nth(n_cells - 1).wait_for(state="attached", timeout=60_000)
+    page.wait_for_timeout(3_000)
+    reopened_frames = page.locator("iframe.sandbox-output").count()
+    fallback = page.get_by_text("shown only in an isolated frame").count()
+    print(f"after reload: {reopened_frames} isolated frames, {fallback} fallback notes", flush=True)
+    assert reopened_frames + fallback >= len(PAYLOAD_TAGS), "the reopened notebook shows neither frames nor notes"
+    for index in range(page.locator("iframe").count()):
+        assert page.locator("iframe").nth(index).get_attribute("sandbox") == "allow-scripts"
+    assert_page_untouched(page, lab)
+    nb.shot("isolation-02-reopened.png")
