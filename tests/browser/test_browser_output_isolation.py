@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import shutil
 import tempfile
 import typing as t
@@ -57,13 +58,16 @@ def payload_cells(base: str, token: str) -> list[str]:
     def q(text: str) -> str:
         return json.dumps(text)  # a Python string literal
 
+    quote = '"'
     return [
         "from IPython.display import display, HTML, Javascript, Markdown\n"
-        f"display(Javascript({q(js('javascript'))}))",
-        f"display(HTML({q('<script>' + js('html-script') + '</script>')}))",
-        f"display(HTML({q('<img src=x onerror=\"' + js('html-onerror') + '\">')}))",
-        f"display(HTML({q('<iframe srcdoc=\"<script>' + js('iframe-srcdoc') + '</script>\"></iframe>')}))",
-        f"display(Markdown({q('# Markdown with raw HTML' + chr(10) * 2 + '<img src=x onerror=\"' + js('markdown') + '\">')}))",
+        + "display(Javascript(" + q(js("javascript")) + "))",
+        "display(HTML(" + q("<script>" + js("html-script") + "</script>") + "))",
+        "display(HTML(" + q("<img src=x onerror=" + quote + js("html-onerror") + quote + ">") + "))",
+        "display(HTML(" + q("<iframe srcdoc=" + quote + "<script>" + js("iframe-srcdoc") + "</script>" + quote
+                            + "></iframe>") + "))",
+        "display(Markdown(" + q("# Markdown with raw HTML\n\n<img src=x onerror=" + quote + js("markdown") + quote
+                                + ">") + "))",
         "display({'image/svg+xml': "
         + q('<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20"><script>' + js("svg") + "</script></svg>")
         + ", 'text/plain': 'svg'}, raw=True)",
@@ -107,6 +111,18 @@ def frame_marks(page: t.Any, attribute: str) -> set[str]:
         if value:
             marks.add(value)
     return marks
+
+
+def accept_kernel_dialog(page: t.Any) -> None:
+    """JupyterLab asks which kernel to start for a notebook opened by URL (its kernelspec is
+    preselected): accept, if it asks."""
+    dialog = page.locator(".jp-Dialog").first
+    try:
+        dialog.wait_for(state="visible", timeout=15_000)
+    except Exception:
+        return
+    dialog.locator("button.jp-Dialog-button.jp-mod-accept").click()
+    dialog.wait_for(state="detached", timeout=30_000)
 
 
 def assert_page_untouched(page: t.Any, lab: t.Any) -> None:
@@ -154,10 +170,13 @@ def run_payloads(page: t.Any, lab: t.Any, n_cells: int, expect: t.Any) -> None:
     page.goto(f"{lab.base}/lab/tree/{NOTEBOOK}?token={lab.token}", wait_until="domcontentloaded")
     nb = Notebook(page)
     nb.panel.wait_for(state="visible", timeout=120_000)
+    accept_kernel_dialog(page)
     nb.wait_status("idle", KERNEL_START_MS)
     # Run → Run All Cells.
     page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
-    page.locator('.lm-Menu-item[data-command="notebook:run-all-cells"]').first.click()
+    page.locator(".lm-Menu-item").filter(
+        has=page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^\s*Run All Cells\s*$"))
+    ).first.click()
     for index in range(n_cells):
         nb.wait_done(index, CELL_MS)
     nb.wait_status("idle", CELL_MS)
@@ -219,15 +238,26 @@ def run_payloads(page: t.Any, lab: t.Any, n_cells: int, expect: t.Any) -> None:
     page.wait_for_function(
         "() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-mod-dirty')", timeout=30_000
     )
-    saved = httpx.get(f"{lab.base}/api/contents/{NOTEBOOK}", params={"token": lab.token}, timeout=10).json()
+    def saved_notebook() -> dict | None:
+        r = httpx.get(f"{lab.base}/api/contents/{NOTEBOOK}", params={"token": lab.token}, timeout=10)
+        if r.status_code != 200 or not all(c["outputs"] for c in r.json()["content"]["cells"]):
+            return None  # still being written
+        return r.json()
+
+    saved = support.wait_for(saved_notebook, 30, interval=0.5)
+    assert saved, "the saved notebook never had every cell's outputs"
     for cell in saved["content"]["cells"][: len(PAYLOAD_TAGS)]:
-        for out in cell["outputs"]:
-            html = out.get("data", {}).get("text/html", "")
+        shown = [out for out in cell["outputs"] if set(out.get("data", {})) - {"text/plain"}]
+        assert len(shown) == 1, cell["outputs"]  # ("creating the sandbox …" progress is plain text)
+        for out in shown:
+            assert "text/html" in out["data"] and set(out["data"]) <= {"text/html", "text/plain"}, out["data"].keys()
+            html = out["data"]["text/html"]
             assert html.startswith('<iframe class="sandbox-output" sandbox="allow-scripts"'), html[:120]
             assert "trusted" not in json.dumps(out.get("metadata", {}))
     page.reload(wait_until="domcontentloaded")
     nb = Notebook(page)
     nb.panel.wait_for(state="visible", timeout=120_000)
+    accept_kernel_dialog(page)
     nb.cells.nth(n_cells - 1).wait_for(state="attached", timeout=60_000)
     page.wait_for_timeout(3_000)
     reopened_frames = page.locator("iframe.sandbox-output").count()
