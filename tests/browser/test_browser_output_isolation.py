@@ -190,10 +190,11 @@ def run_payloads(page: t.Any, lab: t.Any, n_cells: int, expect: t.Any) -> None:
     while frame_marks(page, "data-ran") != expect_ran and waited < deadline_ms:
         page.wait_for_timeout(500)
         waited += 500
-    assert frame_marks(page, "data-ran") == expect_ran, f"payloads that ran: {frame_marks(page, 'data-ran')}"
-    # ... each inside a frame with an opaque origin, and none reached the page or the server.
     page.wait_for_timeout(2_000)  # let any fetch a payload started settle
+    # ... none reached the page or the server ...
     assert_page_untouched(page, lab)
+    assert frame_marks(page, "data-ran") == expect_ran, f"payloads that ran: {frame_marks(page, 'data-ran')}"
+    # ... each ran inside a frame with an opaque origin.
     for frame in page.frames[1:]:
         assert frame.evaluate("() => self.origin") == "null", frame.url
     frames = page.locator("iframe.sandbox-output")
