@@ -106,6 +106,9 @@ def test_pull_does_not_overwrite_without_force(root):
         write(root, "data/a.csv", b"new")
     assert info.value.ename == "FileExistsError" and "--force" in info.value.evalue
     assert existing.read_text() == "a"
+    with pytest.raises(AirlockError):
+        with airlock.Writer(root, ["data", "a.csv"], False, "%pull"):
+            pytest.fail("the download started although the file exists")
     write(root, "data/a.csv", b"new", force=True)
     assert existing.read_bytes() == b"new"
     assert sorted(p.name for p in existing.parent.iterdir()) == ["a.csv"], "no temporary file left behind"
