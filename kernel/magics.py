@@ -413,7 +413,7 @@ def describe_isolation(iso: dict[str, t.Any]) -> list[str]:
 
 
 def describe(
-    info: t.Any, server_url: str, pushed: t.Sequence[str], outputs: str = "", airlock_root: pathlib.Path | None = None
+    info: t.Any, server_url: str, pushed: t.Sequence[str], outputs: str = "", airlock: str = ""
 ) -> str:
     """The `%sandbox` report: one fact a line, for people."""
     lim = info.limits
@@ -443,7 +443,7 @@ def describe(
         *[("", line) for line in iso_lines[1:]],
         ("cells run", str(info.execution_count)),
         ("pushed", ", ".join(pushed) if pushed else "nothing yet"),
-        *([("airlock", f"%push/%pull only inside {airlock_root}")] if airlock_root is not None else []),
+        *([("airlock", airlock)] if airlock else []),
         *([("outputs", outputs)] if outputs else []),
         ("server", server_url),
     ]
@@ -456,7 +456,11 @@ async def _sandbox(args: list[str], host: MagicHost) -> None:
         raise MagicError("UsageError", HELP["sandbox"])
     sbx = await host.sandbox()
     info = await sbx.refresh()
-    host.stdout(describe(info, host.server_url, host.pushed, host.outputs_mode, host.airlock_root))
+    if host.airlock_root == host.cwd:
+        where = "%push/%pull only inside the notebook's folder (the kernel's working directory)"
+    else:
+        where = f"%push/%pull only inside {host.airlock_root} (airlock_root)"
+    host.stdout(describe(info, host.server_url, host.pushed, host.outputs_mode, where))
 
 
 async def _ttl(args: list[str], host: MagicHost) -> None:
