@@ -34,7 +34,7 @@ class OutputBudget:
         self.used = 0
         self.dropped = 0      # bytes of events dropped whole
         self.cut = 0          # events sent trimmed
-        self.error_sent = False
+        self.closing_sent: set[str] = set()  # answer events already sent (runtime.CLOSING_EVENTS)
 
     @property
     def room(self) -> int:

@@ -27,6 +27,11 @@ from .display import clean_bundle, clean_metadata
 from .protocol import SocketChannel
 
 
+#: The events that answer a cell, and the slack each gets once per execution past the budget.
+CLOSING_EVENTS = frozenset({V.ERROR, V.EXECUTE_RESULT})
+CLOSING_SLACK = 8 * 1024
+
+
 class Runtime:
     def __init__(self, channel: SocketChannel, output_limit: int):
         self.channel = channel
@@ -52,15 +57,18 @@ class Runtime:
 
     def send_output(self, message: dict) -> None:
         """Send one output event within the execution's budget: whole, trimmed (marked
-        ``truncated``) or, when nothing of it fits, dropped and counted. The first error of
-        an execution is always sent, if need be as its name and a line of its value."""
+        ``truncated``) or, when nothing of it fits, dropped and counted. The cell's answer is
+        always sent, even after a flood of prints used the budget up: its first error (if need
+        be as its name and a line of its value) and its first result each get a small slack
+        of their own, which the supervisor's budget leaves room for (``FRAME_SLACK``)."""
         with self.budget.lock:
             if self.budget.room <= 0 and message.get("type") == V.STREAM:  # spent: not even encoded
                 self.budget.dropped += len(message.get("text", "").encode("utf-8", "replace"))
                 return
             fitted, data = fitting.fit(message, self.budget.room, self.frame_limit)
-            if fitted is None and message.get("type") == V.ERROR and not self.budget.error_sent:
-                fitted, data = fitting.fit(message, 8 * 1024, self.frame_limit)
+            kind = message.get("type")
+            if fitted is None and kind in CLOSING_EVENTS and kind not in self.budget.closing_sent:
+                fitted, data = fitting.fit(message, CLOSING_SLACK, self.frame_limit)
                 if fitted is not None:
                     self.budget.used -= framecheck.frame_cost(len(data))  # paid from the slack, not the budget
             if fitted is None:
@@ -75,8 +83,8 @@ class Runtime:
             elif fitted is not message:
                 self.budget.cut += 1
                 self.budget.used = max(self.budget.used, self.budget.limit)  # what follows a cut is dropped
-            if fitted.get("type") == V.ERROR:
-                self.budget.error_sent = True
+            if kind in CLOSING_EVENTS:
+                self.budget.closing_sent.add(kind)
             self.send_payload(data)
 
     def send_payload(self, data: bytes) -> None:
