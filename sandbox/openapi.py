@@ -15,10 +15,10 @@ ERROR = {
 }
 SANDBOX_ID = {"name": "sandbox_id", "in": "path", "required": True,
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}
-# 5461 characters: a path is at most 4096 bytes (sandbox/files.py), and the longest spelling of
-# 5461 characters, percent-encoded in the URL (4-byte characters, 12 URL bytes each), still fits
-# the HTTP parser's 64 KiB request line, past which uvicorn answers before the API can.
-FILE_PATH = {"name": "path", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 5461},
+# 4096 characters, as a path is at most 4096 bytes (sandbox/files.py): its longest spelling,
+# percent-encoded in the URL (4-byte characters, 12 URL bytes each), leaves room within the
+# HTTP parser's 64 KiB request line, past which uvicorn answers before the API can.
+FILE_PATH = {"name": "path", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 4096},
              "description": "Relative to /workspace, in the escaped spelling GET /files lists: a backslash as \\\\, a byte "
                             "that is not UTF-8 or a control byte as \\xHH, the rest as UTF-8 text (sandbox/filenames.py)."}
 FILE_LIST = {
