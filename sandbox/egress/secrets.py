@@ -1,0 +1,98 @@
+"""Secrets held by the server and bound to hosts; a sandbox only ever holds placeholders.
+
+A secret's value lives in this process's memory and nowhere else: the API never returns it,
+it is never written to disk or into a sandbox, and nothing logs it. A sandbox that asks for a
+secret gets an environment variable holding a random placeholder, unique to that sandbox;
+the egress proxy swaps the placeholder for the value in the headers of requests to the
+secret's bound hosts, and only there.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets as _random
+from dataclasses import dataclass
+
+from ..errors import ApiError
+from .policy import HostRule, normalize_host
+
+SECRET_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+PLACEHOLDER_PREFIX = "sbx-placeholder-"
+MAX_SECRET_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class Secret:
+    name: str
+    value: str
+    hosts: tuple[HostRule, ...]
+
+    def bound_to(self, host: str) -> bool:
+        return any(rule.matches(host, port) for rule in self.hosts for port in rule.ports)
+
+    def describe(self) -> dict:
+        """What the API shows: never the value."""
+        return {"name": self.name, "hosts": [rule.pattern for rule in self.hosts]}
+
+    def __repr__(self) -> str:  # a stray log line or traceback must not print the value
+        return f"Secret({self.name!r}, hosts={[r.pattern for r in self.hosts]})"
+
+
+class SecretStore:
+    def __init__(self) -> None:
+        self._secrets: dict[str, Secret] = {}
+
+    def put(self, name: str, value, hosts) -> Secret:
+        if not re.fullmatch(SECRET_NAME, name or ""):
+            raise ApiError(422, "invalid_request", f"a secret's name must match {SECRET_NAME}")
+        if not isinstance(value, str) or not value or len(value.encode()) > MAX_SECRET_BYTES:
+            raise ApiError(422, "invalid_request", f"'value' must be a non-empty string of at most {MAX_SECRET_BYTES} bytes")
+        if any(c in value for c in "\r\n\0"):
+            raise ApiError(422, "invalid_request", "'value' must not hold CR, LF or NUL (it goes into a header)")
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+            raise ApiError(422, "invalid_request", "'hosts' must be a non-empty list of host names")
+        try:
+            rules = tuple(HostRule(normalize_host(h), frozenset({80, 443})) for h in hosts)
+        except ValueError as exc:
+            raise ApiError(422, "invalid_request", str(exc)) from None
+        secret = Secret(name, value, rules)
+        self._secrets[name] = secret
+        return secret
+
+    def get(self, name: str) -> Secret:
+        try:
+            return self._secrets[name]
+        except KeyError:
+            raise ApiError(404, "not_found", f"no secret named {name!r} is registered on this server") from None
+
+    def delete(self, name: str) -> None:
+        self.get(name)
+        del self._secrets[name]
+
+    def list(self) -> list[dict]:
+        return [s.describe() for s in sorted(self._secrets.values(), key=lambda s: s.name)]
+
+    def placeholders_for(self, names) -> dict[str, str]:
+        """name -> a fresh random placeholder, for one sandbox (404 for an unknown name)."""
+        return {name: PLACEHOLDER_PREFIX + _random.token_hex(16) for name in names if self.get(name)}
+
+
+def replace_in_headers(headers: list[tuple[bytes, bytes]], placeholders: dict[str, str], store: SecretStore,
+                       host: str) -> tuple[list[tuple[bytes, bytes]], list[str], list[str]]:
+    """Headers with each bound placeholder replaced by its value, the names replaced, and the
+    names whose placeholder was sent to a host it is not bound to (left as they were)."""
+    replaced, unbound = set(), set()
+    out = []
+    for key, value in headers:
+        for name, placeholder in placeholders.items():
+            token = placeholder.encode()
+            if token not in value:
+                continue
+            secret = store._secrets.get(name)
+            if secret is not None and secret.bound_to(host):
+                value = value.replace(token, secret.value.encode())
+                replaced.add(name)
+            else:
+                unbound.add(name)
+        out.append((key, value))
+    return out, sorted(replaced), sorted(unbound)

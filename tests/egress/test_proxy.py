@@ -1,0 +1,235 @@
+"""The egress proxy on its own: real HTTP(S) servers on loopback, the real forwarder, a real
+HTTP client (httpx) going through both, and the proxy's resolver mapping the test names to
+the loopback servers (the one stand-in: no DNS server is reachable here)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import socket
+import ssl
+import threading
+
+import httpx
+import pytest
+
+from sandbox.egress.ca import CertificateAuthority
+from sandbox.egress.policy import parse_policy
+from sandbox.egress.proxy import EgressProxy, Resolver
+from sandbox.egress.secrets import SecretStore
+from sandbox.runtime import egress_forwarder
+
+import support
+
+from .apihost import ApiHost
+
+SECRET_VALUE = "sk-live-0123456789abcdef-the-real-key"
+
+
+class ProxyUnderTest:
+    def __init__(self, tmp: pathlib.Path, api: ApiHost) -> None:
+        self.tmp, self.api = tmp, api
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.store = SecretStore()
+        self.ca = CertificateAuthority(str(tmp / "ca"))
+        self.log_path = tmp / "egress.log"
+        self.server_port = 48_000  # stands for the sandbox server's own TCP port
+        self.resolver = Resolver({"api.test": "127.0.0.1", "other.test": "127.0.0.1",
+                                  "self.test": "127.0.0.1", "intranet.test": "10.20.30.40",
+                                  "metadata.test": "169.254.169.254"})
+        upstream = ssl.create_default_context(cafile=str(api.ca_path))
+        self.proxy = EgressProxy(self.store, self.ca, str(self.log_path), resolver=self.resolver,
+                                 upstream_ssl=upstream, own_addresses={("127.0.0.1", self.server_port)})
+        self.count = 0
+
+    def run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def session(self, egress: dict) -> tuple[int, dict[str, str]]:
+        """A session for ``egress`` (the create body's field): the forwarder's port, placeholders."""
+        self.count += 1
+        policy = parse_policy(egress)
+        placeholders = self.store.placeholders_for(policy.secrets)
+        path = str(self.tmp / f"egress-{self.count}.sock")
+        self.run(self.proxy.open(f"sbx{self.count}", policy, placeholders, path))
+        ready = threading.Event()
+        threading.Thread(target=egress_forwarder.serve, args=(path, 0, ready), daemon=True).start()
+        ready.wait(10)
+        return ready.port, placeholders
+
+    def client(self, port: int) -> httpx.Client:
+        trust = ssl.create_default_context(cafile=str(self.api.ca_path))
+        trust.load_verify_locations(self.ca.cert_path)
+        return httpx.Client(proxy=f"http://127.0.0.1:{port}", verify=trust, timeout=20)
+
+    def records(self, count: int = 0) -> list[dict]:
+        """The log's records, once there are ``count`` (a tunnel is logged when it closes)."""
+        def read():
+            lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
+            return [json.loads(line) for line in lines] if len(lines) >= count else None
+        return support.wait_for(read, 30)
+
+
+@pytest.fixture
+def api(tmp_path):
+    host = ApiHost(tmp_path)
+    yield host
+    host.close()
+
+
+@pytest.fixture
+def egress(tmp_path, api):
+    under_test = ProxyUnderTest(tmp_path, api)
+    yield under_test
+    under_test.run(under_test.proxy.close_all())
+    under_test.loop.call_soon_threadsafe(under_test.loop.stop)
+
+
+def allow_api(api: ApiHost, **extra) -> dict:
+    """api.test and other.test on the test servers' ports, and the loopback address they
+    resolve to listed explicitly (without it, loopback is refused)."""
+    ports = f"{api.https_port},{api.http_port}"
+    return {"allow": [f"api.test:{ports}", f"other.test:{ports}", f"127.0.0.1/32:{ports}"], **extra}
+
+
+def refusal(response: httpx.Response | Exception) -> str:
+    return str(response)
+
+
+def test_allowed_host_over_https_and_http(egress, api):
+    port, _ = egress.session(allow_api(api))
+    with egress.client(port) as client:
+        assert client.get(f"https://api.test:{api.https_port}/hello").json() == {"ok": True, "path": "/hello"}
+        assert client.post(f"http://api.test:{api.http_port}/plain", content=b"x" * 1000).status_code == 200
+    assert api.seen[-1]["body"] == "x" * 1000
+    tunnel, plain = sorted(egress.records(2), key=lambda r: r["method"])
+    assert tunnel["decision"] == plain["decision"] == "allowed"
+    assert all(r["sandbox"] == "sbx1" and r["host"] == "api.test" for r in (tunnel, plain))
+    assert tunnel["method"] == "CONNECT" and tunnel["bytes_down"] > 0 and plain["bytes_up"] == 1000
+
+
+def _refused(egress, port, url) -> str:
+    with egress.client(port) as client:
+        try:
+            response = client.get(url)
+        except httpx.ProxyError as exc:  # a refused CONNECT
+            return str(exc)
+        assert response.status_code in (400, 403, 429), response.status_code
+        return response.text
+
+
+def test_without_a_listed_name_nothing_is_reached_nor_resolved(egress, api):
+    port, _ = egress.session(allow_api(api))
+    message = _refused(egress, port, f"https://leak-0123abcd.exfil.test:{api.https_port}/")
+    assert "not on this sandbox's egress allow list" in message
+    assert "leak-0123abcd.exfil.test" not in egress.resolver.asked  # no DNS tunnelling through the proxy
+    message = _refused(egress, port, f"http://leak-4567.exfil.test:{api.http_port}/")
+    assert "not on this sandbox's egress allow list" in message
+    assert not api.seen
+
+
+def test_ip_literal_and_non_public_addresses_are_refused(egress, api):
+    port, _ = egress.session({"allow": [f"api.test:{api.https_port}", f"self.test:{egress.server_port}",
+                                        "intranet.test", "metadata.test"]})
+    assert "IP address" in _refused(egress, port, f"https://127.0.0.1:{api.https_port}/")
+    assert "non-public address" in _refused(egress, port, f"https://api.test:{api.https_port}/")  # loopback unlisted
+    assert "non-public address" in _refused(egress, port, "https://intranet.test/")
+    assert "non-public address" in _refused(egress, port, "http://metadata.test/latest/meta-data/")
+    assert not api.seen
+
+
+def test_the_servers_own_address_is_refused_even_when_listed(egress, api):
+    port, _ = egress.session({"allow": [f"self.test:{egress.server_port}", f"127.0.0.0/8:{egress.server_port}"]})
+    assert "sandbox server itself" in _refused(egress, port, f"http://self.test:{egress.server_port}/v1/sandboxes")
+    assert "sandbox server itself" in _refused(egress, port, f"http://127.0.0.1:{egress.server_port}/v1/sandboxes")
+
+
+def test_connect_to_a_port_not_listed_is_refused(egress, api):
+    port, _ = egress.session({"allow": ["api.test", "127.0.0.1/32"]})  # 80 and 443 only
+    assert "port" in _refused(egress, port, f"https://api.test:{api.https_port}/")
+    assert not api.seen
+
+
+def test_placeholder_replaced_only_for_the_bound_host(egress, api):
+    egress.store.put("API_KEY", SECRET_VALUE, ["api.test"])
+    port, placeholders = egress.session(allow_api(api, secrets=["API_KEY"]))
+    placeholder = placeholders["API_KEY"]
+    assert SECRET_VALUE not in placeholder
+    with egress.client(port) as client:
+        for host in ("api.test", "other.test"):
+            assert client.get(f"https://{host}:{api.https_port}/v1/models",
+                              headers={"authorization": f"Bearer {placeholder}", "x-body-too": placeholder}).status_code == 200
+        client.post(f"http://other.test:{api.http_port}/plain", headers={"authorization": f"Bearer {placeholder}"},
+                    content=placeholder.encode())
+    bound, tunnelled, plain = api.seen
+    assert bound["headers"]["authorization"] == f"Bearer {SECRET_VALUE}"
+    assert bound["headers"]["x-body-too"] == SECRET_VALUE
+    assert tunnelled["headers"]["authorization"] == f"Bearer {placeholder}"
+    assert plain["headers"]["authorization"] == f"Bearer {placeholder}" and plain["body"] == placeholder
+    logged = sorted(egress.records(3), key=lambda r: (r["port"], r["host"]))
+    assert logged[0]["secrets_replaced"] == ["API_KEY"]
+    assert logged[2]["placeholders_unbound"] == ["API_KEY"]
+    assert SECRET_VALUE not in egress.log_path.read_text()
+    assert SECRET_VALUE not in repr(egress.store.list()) + repr(egress.store.get("API_KEY"))
+
+
+def test_secret_replaced_in_headers_only_never_in_the_body(egress, api):
+    egress.store.put("API_KEY", SECRET_VALUE, ["api.test"])
+    port, placeholders = egress.session(allow_api(api, secrets=["API_KEY"]))
+    with egress.client(port) as client:
+        client.post(f"https://api.test:{api.https_port}/echo", content=placeholders["API_KEY"].encode())
+    assert api.seen[-1]["body"] == placeholders["API_KEY"]
+
+
+def test_host_header_mismatch_is_refused(egress, api):
+    egress.store.put("API_KEY", SECRET_VALUE, ["api.test"])
+    port, placeholders = egress.session(allow_api(api, secrets=["API_KEY"]))
+    assert "does not match" in _refused_with_host(egress, port, f"http://other.test:{api.http_port}/", "api.test")
+    assert "does not match" in _refused_with_host(egress, port, f"https://api.test:{api.https_port}/", "other.test")
+    assert not api.seen
+
+
+def _refused_with_host(egress, port, url, host) -> str:
+    with egress.client(port) as client:
+        response = client.get(url, headers={"host": host})
+    assert response.status_code == 403
+    return response.text
+
+
+def test_websocket_and_h2c_upgrades_are_refused(egress, api):
+    egress.store.put("API_KEY", SECRET_VALUE, ["api.test"])
+    port, _ = egress.session(allow_api(api, secrets=["API_KEY"]))
+    with egress.client(port) as client:
+        for url in (f"http://api.test:{api.http_port}/ws", f"https://api.test:{api.https_port}/ws"):
+            for upgrade in ({"upgrade": "websocket", "connection": "Upgrade", "sec-websocket-key": "x",
+                             "sec-websocket-version": "13"}, {"upgrade": "h2c", "connection": "Upgrade, HTTP2-Settings"}):
+                response = client.get(url, headers=upgrade)
+                assert response.status_code == 403 and "upgrades" in response.text
+    assert not api.seen
+
+
+def test_http2_prior_knowledge_and_garbage_are_refused(egress, api):
+    port, _ = egress.session(allow_api(api))
+    for raw in (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b"\x16\x03\x01\x02\x00garbage\r\n\r\n"):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(raw)
+            answer = sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+    assert not api.seen
+
+
+def test_budgets(egress, api):
+    port, _ = egress.session(allow_api(api, max_requests=2))
+    with egress.client(port) as client:
+        for _ in range(2):
+            assert client.get(f"http://api.test:{api.http_port}/").status_code == 200
+        response = client.get(f"http://api.test:{api.http_port}/")
+    assert response.status_code == 429 and "request budget" in response.text
+    port, _ = egress.session(allow_api(api, max_bytes=4000))
+    with egress.client(port) as client:
+        response = client.post(f"http://api.test:{api.http_port}/big", content=b"y" * 100_000)
+    assert response.status_code == 429 and "byte budget" in response.text
+    assert egress.proxy.sessions["sbx2"].bytes > 4000
+    assert not any(len(s["body"]) == 100_000 for s in api.seen)
