@@ -203,7 +203,10 @@ def test_a_client_that_goes_away_stops_its_command(sandbox_server, api, sid):
         with client.stream("POST", f"/v1/sandboxes/{sid}/commands", json={"argv": ["sleep", "60"]}) as r:
             first = json.loads(next(r.iter_lines()))
             assert first["type"] == "start"
-            assert wait_for(lambda: api.get(f"/v1/sandboxes/{sid}/commands").json()["commands"], timeout=60)
+            listed = wait_for(lambda: api.get(f"/v1/sandboxes/{sid}/commands").json()["commands"], timeout=60)
+            if not listed:
+                rest = [json.loads(line) for line in r.iter_lines() if line]
+                raise AssertionError(f"the command is not listed; its stream said {first} then {rest}")
     # the connection is closed: the command ends (SIGTERM) instead of running its 60 s
     assert wait_for(lambda: api.get(f"/v1/sandboxes/{sid}/commands").json()["commands"] == [], timeout=20), \
         "not within 20 s: the abandoned command to end"
