@@ -1,0 +1,18 @@
+"""The per-sandbox supervisor: the one process that owns a sandbox's life.
+
+Like containerd-shim or conmon, it runs detached from the server (its own session), is the
+parent of the sandbox's isolated process (so bwrap's ``--die-with-parent`` ties the sandbox
+to the supervisor, never to the server), holds the runtime's channel and serves it on a unix
+socket in the sandbox's 0700 state directory. The server can therefore crash, restart and
+re-attach while every sandbox keeps its interpreter state.
+
+The supervisor also enforces what must hold even when no server is running: the TTL and
+the absolute lifetime cap (it ends its own sandbox), the per-execute timeout (interrupt,
+then kill), and the record of why a sandbox died (OOM, pids, crash), written atomically to
+``state.json`` before it exits. Started as ``python -m sandbox.supervisor SANDBOX_DIR``
+(see ``__main__``); one module per job, composed in ``lifecycle.Supervisor``.
+"""
+
+from .lifecycle import Supervisor
+
+__all__ = ["Supervisor"]

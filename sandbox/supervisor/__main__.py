@@ -1,0 +1,52 @@
+"""``python -m sandbox.supervisor SANDBOX_DIR --ready-fd N``: how the server starts a supervisor."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import traceback
+
+from ..runtime import vocabulary as V
+from .lifecycle import Supervisor
+
+
+async def amain(sandbox_dir: str, ready_fd: int | None) -> int:
+    supervisor = Supervisor(sandbox_dir)
+    loop = asyncio.get_running_loop()
+    # SIGTERM to a supervisor means "end this sandbox" (the server's SIGTERM never reaches
+    # us: we are in our own session). SIGHUP/SIGINT are ignored for the same reason.
+    loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(supervisor.end(V.DELETED, "its supervisor was terminated")))
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        await supervisor.start()
+    except Exception as exc:
+        message = str(exc) or type(exc).__name__
+        if V.can_move(supervisor.record["state"], V.DEAD):
+            V.advance(supervisor.record, V.DEAD, dead_reason=V.FAILED_TO_START, dead_message=message)
+        await supervisor.teardown()
+        if ready_fd is not None:
+            os.write(ready_fd, (json.dumps({"ok": False, "error": message}) + "\n").encode())
+            os.close(ready_fd)
+        traceback.print_exc()
+        return 1
+    await supervisor.serve(ready_fd)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.supervisor")
+    parser.add_argument("sandbox_dir")
+    parser.add_argument("--ready-fd", type=int)
+    args = parser.parse_args(argv)
+    # The default loop, not uvloop: uvloop's subprocess_exec sets bwrap's argv[0] to its host
+    # path, and bwrap (the sandbox's pid 1) would show the host's layout in /proc/1/cmdline.
+    sys.exit(asyncio.run(amain(args.sandbox_dir, args.ready_fd)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""The channel to the runtime: requests and their replies, and where each frame goes.
+
+Every frame from the runtime is checked before anything trusts it: its size from its
+header, its structure before it is parsed, its fields against the vocabulary
+(``framecheck``). Then it is routed: a `reply` to the request waiting for it, a
+command's events to that command's session, an execute's events to the cell in flight
+(within its output budget). A frame that fails, or a flood of frames no runtime sends,
+stops the sandbox with reason ``protocol`` and says what was wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+from typing import Awaitable, Callable
+
+from ..runtime import framecheck
+from ..runtime import vocabulary as V
+from ..runtime.protocol import ProtocolError, read_payload, write_frame
+from .commands import CommandRun, command_frame_problem
+from .execute import CellRun
+
+# Past its output budget an execute's frames are dropped unread, but for its `done` (the
+# runtime encodes the type first): a flood of tiny frames costs a prefix test each.
+DONE_PREFIX = b'{"type":"done"'
+# The runtime never sends more than an execute's budget between two executes; a sandbox
+# that sends this many times more on its channel is flooding it, and is stopped.
+FLOOD_FACTOR = 4
+
+
+class RuntimeChannel:
+    """The supervisor's end of the runtime's channel, and the sessions reading from it:
+    at most one cell (``cell``) and up to MAX_COMMANDS commands (``commands``)."""
+
+    def __init__(self, spec: dict, finished: asyncio.Event, stop: Callable[[str, str], Awaitable[None]]):
+        self.spec = spec  # its limits change when a pooled sandbox is claimed
+        self.finished = finished
+        self.stop = stop  # kill(reason, message): how a protocol violation ends the sandbox
+        self.writer: asyncio.StreamWriter | None = None
+        self.pending: dict[int, asyncio.Future] = {}
+        self.ids = itertools.count(1)
+        self.cell: CellRun | None = None
+        self.commands: dict[str, CommandRun] = {}
+        self.bytes_since_execute = 0  # frame bytes from the runtime since the last execute began
+
+    def next_id(self) -> int:
+        """Request ids and execute/command ids share one counter: each is unique on the channel."""
+        return next(self.ids)
+
+    def output_budget(self) -> int:
+        return int(self.spec["limits"]["output_bytes"]) + framecheck.FRAME_SLACK
+
+    async def send(self, frame: dict) -> None:
+        await write_frame(self.writer, frame)
+
+    async def request(self, message: dict, timeout: float = 30.0) -> dict:
+        if self.finished.is_set():
+            raise RuntimeError("the sandbox is not running")
+        rid = self.next_id()
+        message["id"] = rid
+        future = asyncio.get_running_loop().create_future()
+        self.pending[rid] = future
+        await write_frame(self.writer, message)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self.pending.pop(rid, None)
+
+    async def close(self, reason: str, message: str) -> None:
+        """The runtime died: every session and request waiting on it learns why."""
+        if self.cell is not None:
+            await self.cell.events.put({"type": "_died", "reason": reason, "message": message})
+        for command in list(self.commands.values()):
+            await command.events.put({"type": "_died", "reason": reason, "message": message})
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(RuntimeError(message))
+
+    async def read(self, reader: asyncio.StreamReader) -> None:
+        """Read and route frames until the runtime's end closes or breaks the protocol."""
+        max_frame = framecheck.frame_limit(self.spec["limits"]["output_bytes"])
+        while True:
+            try:
+                payload = await read_payload(reader, max_frame)
+                frame = self._admit(payload)
+            except ProtocolError as exc:
+                # The runtime never sends such a frame: code in the sandbox wrote to the
+                # channel. Nothing it says can be trusted any more, so the sandbox ends.
+                await self._protocol_violation(str(exc))
+                return
+            except (EOFError, OSError):
+                return
+            if frame is None:
+                continue
+            kind = frame["type"]
+            if kind == V.REPLY:
+                future = self.pending.pop(frame.get("id"), None)
+                if future is not None and not future.done():
+                    future.set_result(frame)
+                continue
+            if kind in V.COMMAND_EVENTS and frame.get("exec") in self.commands:
+                problem = command_frame_problem(frame)
+                if problem:
+                    await self._protocol_violation(problem)
+                    return
+                await self.commands[frame["exec"]].events.put(frame)
+                continue
+            cell = self.cell
+            if cell is not None and frame.get("exec") == cell.id:
+                if kind == V.DONE:
+                    if cell.dropped:
+                        frame["truncated"] = True
+                    await cell.events.put(frame)
+                elif cell.admit(framecheck.frame_cost(len(payload))):
+                    cell.cut = cell.cut or bool(frame.get("truncated"))
+                    await cell.events.put(frame)
+            # Output of an execution that already ended (a background thread) is dropped.
+
+    def _admit(self, payload: bytes) -> dict | None:
+        """The checked frame, or None for output dropped unread; raises on a violation."""
+        cost = framecheck.frame_cost(len(payload))
+        self.bytes_since_execute += cost
+        limit = self.output_budget() * FLOOD_FACTOR
+        if self.bytes_since_execute > limit:
+            raise framecheck.Violation(f"it sent more than {limit} bytes of frames on its control channel "
+                                       "during one execute, more than its runtime ever sends")
+        cell = self.cell
+        if (cell is not None and cell.budget < cost and not self.commands
+                and not payload.startswith(DONE_PREFIX)):
+            cell.admit(cost)  # counted as dropped
+            return None
+        frame = framecheck.load(payload)
+        if frame["type"] == V.REPLY:
+            if frame.get("id") in self.pending:
+                self.bytes_since_execute -= cost  # an answer the host asked for is not a flood
+        elif frame["type"] in V.COMMAND_EVENTS and frame.get("exec") in self.commands:
+            self.bytes_since_execute -= cost  # a command's output has a budget of its own
+        elif frame["type"] not in V.EXECUTE_EVENTS and frame["type"] not in V.COMMAND_EVENTS:
+            raise framecheck.Violation(f"a {frame['type']} frame is not expected now")
+        return frame
+
+    async def _protocol_violation(self, what: str) -> None:
+        message = (f"the sandbox broke the protocol of its control channel: {what}; it was stopped "
+                   "and its variables are gone")
+        print(f"supervisor: {message}", file=sys.stderr, flush=True)
+        await self.stop(V.PROTOCOL, message)

@@ -1,0 +1,131 @@
+"""The execute session: one cell from the caller's request to its `done`.
+
+Cells queue behind each other (FIFO, one at a time in the interpreter). While a cell
+runs, its timeout, an interrupt and a caller that goes away are handled here: interrupt
+first, and if the cell ignores the interrupt for INTERRUPT_GRACE seconds, kill the
+sandbox (its variables are gone, and the caller is told so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..runtime import vocabulary as V
+from ..runtime.protocol import write_frame
+from .caller import CALLER_GONE, Session, watch_for_eof
+from .deadlines import INTERRUPT_GRACE
+
+
+
+class CellRun:
+    """One cell in flight: its events on their way to the caller, and its output budget.
+
+    The budget is the supervisor's own, behind the runtime's: the runtime trims its output
+    to the same count, so only frames a cell wrote to the channel itself go past it.
+    """
+
+    def __init__(self, exec_id: str, budget: int):
+        self.id = exec_id
+        self.events: asyncio.Queue = asyncio.Queue(maxsize=256)
+        self.budget = budget   # frame bytes (framecheck.frame_cost) its output may still take
+        self.dropped = 0       # frame bytes of output dropped past the budget
+        self.cut = False       # the runtime sent an output it had trimmed
+
+    def admit(self, cost: int) -> bool:
+        """Charge an output frame; False (and counted) once the budget is spent."""
+        if cost > self.budget:
+            self.budget = 0
+            self.dropped += cost
+            return False
+        self.budget -= cost
+        return True
+
+
+class ExecuteSession(Session):
+    """Runs one execute request for the caller on ``reader``/``writer``."""
+
+    async def run(self) -> bool:
+        """Run the cell; returns whether the caller is still there to send another request."""
+        supervisor, record = self.supervisor, self.record
+        async with supervisor.exec_lock:
+            if supervisor.finished.is_set() or record["state"] != V.RUNNING:
+                await write_frame(self.writer, V.error_event("SandboxUnavailable", f"the sandbox is {record['state']}"))
+                await write_frame(self.writer, record.done_event(V.ERROR, reason=record.end_reason()))
+                return True
+            cell = CellRun(f"x{self.channel.next_id()}", self.channel.output_budget())
+            self.channel.bytes_since_execute = 0
+            self.channel.cell = cell
+            record.touch()
+            watch_caller = asyncio.create_task(watch_for_eof(self.reader, self.caller_gone, cell.events))
+            try:
+                done = await self._stream(cell)
+            finally:
+                watch_caller.cancel()
+                self.channel.cell = None
+            # The watcher must be gone before the connection's next request is read: a
+            # stream has one reader at a time.
+            await asyncio.gather(watch_caller, return_exceptions=True)
+            await self._finish(cell, done)
+            return not self.caller_gone.is_set()
+
+    async def _stream(self, cell: CellRun) -> dict:
+        """Pass the cell's events to the caller until its `done`; interrupt, then kill, on
+        timeout or when the caller leaves."""
+        timeout = self.request.get("timeout_seconds") or self.supervisor.spec["limits"]["timeout_seconds"]
+        phase = "running"  # of the cell: running, interrupting, killing
+        await self.channel.send({
+            "op": "execute", "exec": cell.id, "code": self.request.get("code", ""),
+            "silent": bool(self.request.get("silent")), "store_history": self.request.get("store_history", True),
+        })
+        deadline = time.monotonic() + float(timeout)
+        interrupted_for_caller = False
+        while True:
+            if self.caller_gone.is_set() and not interrupted_for_caller and phase == "running":
+                interrupted_for_caller = True
+                await self._interrupt_quietly(cell, {"reason": "client_disconnected"})
+            try:
+                event = await asyncio.wait_for(cell.events.get(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                if phase == "running":
+                    phase = "interrupting"
+                    await self._interrupt_quietly(cell, {"reason": "timeout", "timeout_seconds": timeout})
+                    deadline = time.monotonic() + INTERRUPT_GRACE
+                else:
+                    phase = "killing"
+                    message = (f"the cell ran past its {timeout} s timeout and ignored the interrupt, "
+                               "so the sandbox was killed; its variables are gone")
+                    asyncio.create_task(self.supervisor.kill(V.TIMEOUT_KILLED, message))
+                    deadline = time.monotonic() + 30
+                continue
+            kind = event.get("type")
+            if kind == CALLER_GONE:
+                continue  # back to the top, which interrupts the cell
+            if kind == V.DONE:
+                return event
+            if kind == "_died":
+                await self.send(V.reason_error_event(event["reason"], event["message"]))
+                return {"status": V.ERROR, "reason": event["reason"]}
+            event.pop("exec", None)
+            await self.send(event)
+
+    async def _finish(self, cell: CellRun, done: dict) -> None:
+        record = self.record
+        if done.get("execution_count") is not None:
+            record["execution_count"] = done["execution_count"]
+        record.touch()
+        record.save_soon_if_running()
+        if cell.dropped:
+            await self.send(V.stream_event(
+                V.STDERR, f"\n[sandbox: {cell.dropped} bytes of output over the limit of "
+                          f"{self.supervisor.spec['limits']['output_bytes']} bytes were dropped]\n"))
+        truncated = bool(done.get("truncated")) or bool(cell.dropped) or cell.cut
+        await self.send(record.done_event(
+            done.get("status", V.ERROR), execution_count=done.get("execution_count"),
+            duration=done.get("duration") or 0.0, truncated=truncated, reason=done.get("reason")))
+
+    async def _interrupt_quietly(self, cell: CellRun, why: dict) -> None:
+        try:
+            await self.channel.request({"op": "interrupt", "exec": cell.id, **why}, timeout=2)
+        except Exception:
+            pass

@@ -1,0 +1,119 @@
+"""A sandbox's life, as its supervisor sees it: start, watch, kill, end, tear down.
+
+The supervisor composes the jobs that live beside this module: ``launch`` (host
+resources and the backend's process), ``channel`` (the runtime's frames), ``execute``
+and ``commands`` (the sessions a caller streams), ``deadlines``, ``control`` (the unix
+socket the server talks to) and ``record`` (state.json).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from .. import statefile
+from ..isolation import disk
+from ..runtime import vocabulary as V
+from .channel import RuntimeChannel
+from .control import ControlServer, socket_path
+from .deadlines import watch_deadlines
+from .death import death_cause
+from .launch import HostResources, LaunchFailed, exit_code, launch
+from .record import StateRecord, iso
+
+
+class Supervisor:
+    def __init__(self, sandbox_dir: str):
+        self.dir = sandbox_dir
+        self.spec = statefile.read_json(os.path.join(sandbox_dir, "spec.json"))
+        if self.spec is None:
+            raise SystemExit(f"no spec.json in {sandbox_dir}")
+        self.record = StateRecord(sandbox_dir, self.spec)
+        self.host = HostResources(sandbox_dir, self.spec)
+        self.finished = asyncio.Event()
+        self.channel = RuntimeChannel(self.spec, self.finished, self.kill)
+        self.exec_lock = asyncio.Lock()  # cells run one at a time, in the order they came
+        self.proc: asyncio.subprocess.Process | None = None
+        self.kill_reason: tuple[str, str] | None = None
+        self.tasks: list[asyncio.Task] = []
+
+    def public_state(self) -> dict:
+        fields = self.record.public()
+        fields["executing"] = self.channel.cell is not None
+        fields["commands_running"] = len(self.channel.commands)
+        if self.host.cgroup is not None:
+            fields["memory_bytes"] = self.host.cgroup.memory_usage()
+        return fields
+
+    async def start(self) -> None:
+        isolation = self.record["isolation"]
+        await asyncio.to_thread(self.host.acquire, isolation)
+        if self.host.cgroup is not None:
+            self.record["cgroup_dirs"] = self.host.cgroup_dirs
+        try:
+            launched = await launch(self.dir, self.spec, self.host, isolation)
+        except LaunchFailed as failed:
+            self.proc = failed.launched.proc  # for teardown to end
+            raise
+        self.proc = launched.proc
+        reader, self.channel.writer = launched.channel
+        self.record["runtime"] = {k: launched.ready.get(k) for k in ("python", "preloaded", "preload_failed")}
+        V.advance(self.record, V.POOLED if self.record["pooled"] else V.RUNNING)
+        self.tasks = [launched.log_task, asyncio.create_task(self.channel.read(reader)),
+                      asyncio.create_task(self._watch_process()), asyncio.create_task(watch_deadlines(self))]
+
+    async def serve(self, ready_fd: int | None) -> None:
+        await ControlServer(self).serve(ready_fd)
+        await self.teardown()
+
+    async def _watch_process(self) -> None:
+        code = await self.proc.wait()
+        reason, message = self.kill_reason or death_cause(code, self.host, self.spec["limits"],
+                                                          self.record["isolation"])
+        self.record["exit_code"] = code
+        if self.record["state"] in V.LIVE_STATES:
+            if reason in (V.EXPIRED, V.DELETED):
+                V.advance(self.record, reason)
+            else:
+                V.advance(self.record, V.DEAD, dead_reason=reason, dead_message=message)
+        self.record.save()
+        await self.channel.close(reason, message)
+        self.finished.set()
+
+    async def kill(self, reason: str, message: str) -> None:
+        if self.kill_reason is None:
+            self.kill_reason = (reason, message)
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+        await self.host.kill_processes()
+        if self.proc is not None:
+            await exit_code(self.proc, 10.0)
+
+    async def end(self, state: str, message: str) -> None:
+        """Kill the sandbox for good and record why (expired or deleted)."""
+        if self.record["state"] in V.ENDED_STATES:
+            return
+        V.advance(self.record, state, end_message=message)
+        self.record.save_if_possible()
+        await self.kill(state, message)
+        self.finished.set()
+
+    async def teardown(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            await self.kill(*(self.kill_reason or (V.KILLED, "the supervisor ended")))
+        cgroup = self.host.cgroup
+        if cgroup is not None:
+            await asyncio.to_thread(cgroup.kill_all)
+            cgroup.remove()
+        if self.spec.get("disk_quota"):
+            await asyncio.to_thread(disk.destroy, self.host.workspace_image, self.spec["workspace"])
+        self.record["ended_at"] = iso(time.time())
+        self.record.save_if_possible()
+        try:
+            os.unlink(socket_path(self.dir))
+        except FileNotFoundError:
+            pass
