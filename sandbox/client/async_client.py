@@ -1,0 +1,550 @@
+"""The client's calls, written once: `AsyncSandbox`, its files and commands, and the
+module-level calls (`list_sandboxes`, `health`, `server_info`).
+
+async_client.py is the source, because the kernel is async; sync_client.py is generated
+from it by scripts/unasync.py (`async`/`await` dropped, `Async` prefixes and async httpx
+names replaced). Edit async_client.py, then run the script. Docstrings here name no
+flavour, so that they read right in both files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import typing as t
+from urllib.parse import quote
+
+import httpx
+
+from ..runtime import vocabulary as V
+from .configuration import (
+    DEFAULT_TIMEOUT,
+    ServerConfig,
+    as_timeout,
+    create_timeout,
+    execute_timeout,
+    resolve,
+    transfer_timeout,
+)
+from .errors import SandboxError, SandboxGone, SandboxNotFound, error_from_response, transport_error
+from .models import CommandResult, Execution, FileList, SandboxInfo, info_after
+from .wire import (
+    CHUNK_SIZE,
+    Callback,
+    FileData,
+    Progress,
+    Sink,
+    acall,
+    aiter_upload,
+    check_command_done,
+    check_execute_done,
+    command_body,
+    command_callbacks,
+    content_length,
+    drop_none,
+    execute_callbacks,
+    file_url,
+    parse_line,
+    total_size,
+    upload_data,
+)
+
+
+class _AsyncTransport:
+    """One httpx client plus the error mapping every call needs."""
+
+    def __init__(self, config: ServerConfig, timeout: httpx.Timeout) -> None:
+        self.config = config
+        self.timeout = timeout
+        self.client = httpx.AsyncClient(
+            base_url=config.endpoint.base_url,
+            headers=config.headers,
+            timeout=timeout,
+            transport=config.endpoint.async_transport(),
+        )
+
+    async def request(self, method: str, path: str, **kwargs: t.Any) -> t.Any:
+        try:
+            response = await self.client.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise transport_error(exc, self.config) from exc
+        if response.is_error:
+            raise error_from_response(response, self.config)
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return response.content
+
+    def stream(self, method: str, path: str, **kwargs: t.Any) -> t.AsyncContextManager[httpx.Response]:
+        return _AsyncStream(self, method, path, kwargs)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class _AsyncStream:
+    """`client.stream(...)` that raises our errors on entry, with the body read first."""
+
+    def __init__(self, transport: _AsyncTransport, method: str, path: str, kwargs: dict[str, t.Any]) -> None:
+        self.transport = transport
+        self.cm = transport.client.stream(method, path, **kwargs)
+
+    async def __aenter__(self) -> httpx.Response:
+        try:
+            response = await self.cm.__aenter__()
+        except httpx.TransportError as exc:
+            raise transport_error(exc, self.transport.config) from exc
+        if response.is_error:
+            try:
+                await response.aread()
+            except httpx.TransportError:
+                pass
+            finally:
+                await self.cm.__aexit__(None, None, None)
+            raise error_from_response(response, self.transport.config)
+        return response
+
+    async def __aexit__(self, *exc_info: t.Any) -> None:
+        await self.cm.__aexit__(*exc_info)
+
+
+class AsyncFiles:
+    """The sandbox's `/workspace`, reachable from outside only through these calls."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def write(self, path: str, data: FileData, progress: Progress | None = None) -> dict[str, t.Any]:
+        """Upload `data` to `path` (relative to /workspace), streamed in chunks.
+
+        `data` may be bytes, a str (written as UTF-8 text), a `pathlib.Path` to a local
+        file, a binary file object, or an iterable of byte chunks (in the async client, an
+        async iterable too). `progress(sent, total)` is called as chunks go out (`total` is
+        None when the size is unknown).
+        """
+        data = upload_data(data)
+        total = total_size(data)
+        headers = {"Content-Type": "application/octet-stream"}
+        if total is not None:
+            headers["Content-Length"] = str(total)
+        tr = self._sandbox._transport
+        return await tr.request(
+            "PUT",
+            file_url(self._sandbox.id, path),
+            content=aiter_upload(data, progress, total),
+            headers=headers,
+            timeout=transfer_timeout(tr.timeout),
+        )
+
+    async def read(self, path: str) -> bytes:
+        """The whole file in memory: for small files; use `download` for large ones."""
+        buf = io.BytesIO()
+        await self.download(path, buf)
+        return buf.getvalue()
+
+    async def download(self, path: str, dest: str | os.PathLike | t.BinaryIO, progress: Progress | None = None) -> int:
+        """Stream a file to `dest` (a local path or a binary file object); returns its size.
+
+        A path is written to a temporary sibling and renamed at the end, so that a failed
+        download never leaves a truncated file under the final name.
+        """
+        tr = self._sandbox._transport
+        async with tr.stream("GET", file_url(self._sandbox.id, path), timeout=transfer_timeout(tr.timeout)) as response:
+            total = content_length(response)
+            with Sink(dest) as sink:
+                received = 0
+                if progress is not None:
+                    progress(0, total)
+                try:
+                    async for chunk in response.aiter_bytes(CHUNK_SIZE):
+                        sink.write(chunk)
+                        received += len(chunk)
+                        if progress is not None:
+                            progress(received, total)
+                except httpx.TransportError as exc:
+                    raise transport_error(exc, tr.config) from exc
+        return received
+
+    async def list(self) -> FileList:
+        """Every file under /workspace, recursively (up to the server's cap: `.truncated`)."""
+        body = await self._sandbox._transport.request("GET", f"/v1/sandboxes/{self._sandbox.id}/files")
+        return FileList.from_body(body)
+
+    async def delete(self, path: str) -> None:
+        await self._sandbox._transport.request("DELETE", file_url(self._sandbox.id, path))
+
+
+class AsyncCommands:
+    """Programs run in the sandbox beside its interpreter: same /workspace, limits and
+    (lack of) network; they do not wait for a running cell."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def run(
+        self,
+        cmd: t.Union[str, t.Sequence[str]],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: t.Union[str, bytes, None] = None,
+        timeout: float | None = None,
+        on_stdout: Callback | None = None,
+        on_stderr: Callback | None = None,
+        on_start: Callback | None = None,
+    ) -> CommandResult:
+        """Run `cmd` and wait for its end; output is passed to the callbacks as it comes.
+
+        `cmd` is an argv (list of str, run as given) or a str (run by `/bin/sh -c`); `cwd`
+        is relative to /workspace; `env` is added to the sandbox's environment; `stdin` is
+        text or bytes (none: /dev/null); `timeout` is in seconds (up to 24 h; default: the
+        server's execute timeout). A non-zero exit is not raised: read `exit_code`.
+        `on_start(command_id)` gets the id `interrupt` takes. Leaving early (Ctrl-C, an
+        exception in a callback, a cancelled task) closes the stream, and the server stops
+        the command.
+        """
+        body = command_body(cmd, cwd, env, stdin, timeout)
+        result = CommandResult()
+        saw_done = False
+        tr = self._sandbox._transport
+        async with tr.stream(
+            "POST", f"/v1/sandboxes/{self._sandbox.id}/commands", json=body, timeout=execute_timeout(tr.timeout)
+        ) as response:
+            try:
+                async for line in response.aiter_lines():
+                    event = parse_line(line)
+                    if event is None or saw_done:
+                        continue
+                    result._apply(event)
+                    for fn, arg in command_callbacks(event, on_stdout, on_stderr, on_start):
+                        await acall(fn, arg)
+                    if event.get("type") == V.DONE:
+                        saw_done = True
+            except httpx.TransportError as exc:
+                if not saw_done:
+                    raise transport_error(exc, tr.config) from exc
+        check_command_done(saw_done, tr.config)
+        return result
+
+    async def interrupt(self, command_id: str) -> bool:
+        """SIGINT to a running command's process group (SIGKILL 2 s later if it is still
+        running); False if no such command is running."""
+        body = await self._sandbox._transport.request(
+            "POST", f"/v1/sandboxes/{self._sandbox.id}/commands/{quote(command_id, safe='')}/interrupt"
+        )
+        return bool((body or {}).get("interrupted"))
+
+    async def list(self) -> list[dict[str, t.Any]]:
+        """The commands running now: command_id, argv or shell, cwd, timeout_seconds, started_at."""
+        body = await self._sandbox._transport.request("GET", f"/v1/sandboxes/{self._sandbox.id}/commands")
+        return list((body or {}).get("commands", []))
+
+
+class AsyncSandbox:
+    """A stateful Python sandbox on the server: variables survive from one `run_code` to
+    the next until the sandbox is deleted, expires or dies.
+
+    Used as a context manager it is deleted on exit, so that a crashed script does not
+    leave it running until its TTL.
+    """
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        info: SandboxInfo | None = None,
+        config: ServerConfig | None = None,
+        state_dir: str | os.PathLike | None = None,
+    ) -> None:
+        """Attach to sandbox `id` without asking the server: see `connect` for the checked way."""
+        self.id = id
+        self.config = config or resolve(url, token, state_dir)
+        self._transport = _AsyncTransport(self.config, as_timeout(timeout))
+        self._info = info
+        self.files = AsyncFiles(self)
+        self.commands = AsyncCommands(self)
+
+    # -- construction
+
+    @classmethod
+    async def create(
+        cls,
+        image: str | None = None,
+        ttl_seconds: int | None = None,
+        max_lifetime_seconds: int | None = None,
+        memory_mb: int | None = None,
+        cpus: float | None = None,
+        pids: int | None = None,
+        disk_mb: int | None = None,
+        *,
+        metadata: dict[str, t.Any] | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        config: ServerConfig | None = None,
+        state_dir: str | os.PathLike | None = None,
+        end_with_caller: bool | None = None,
+    ) -> AsyncSandbox:
+        """Claim a new sandbox; unset limits take the server's defaults.
+
+        `end_with_caller`: the server ends the sandbox as soon as this process exits (the
+        kernel's link; over a unix socket only, where the server knows the caller's pid).
+        """
+        config = config or resolve(url, token, state_dir)
+        tout = as_timeout(timeout)
+        sbx = cls("", timeout=tout, config=config)
+        try:
+            body = await sbx._transport.request(
+                "POST",
+                "/v1/sandboxes",
+                json=drop_none(
+                    image=image,
+                    ttl_seconds=ttl_seconds,
+                    max_lifetime_seconds=max_lifetime_seconds,
+                    memory_mb=memory_mb,
+                    cpus=cpus,
+                    pids=pids,
+                    disk_mb=disk_mb,
+                    metadata=metadata,
+                    end_with_caller=end_with_caller,
+                ),
+                timeout=create_timeout(tout),
+            )
+        except BaseException:
+            await sbx.close()
+            raise
+        sbx._info = SandboxInfo.from_dict(body)
+        sbx.id = sbx._info.id
+        return sbx
+
+    @classmethod
+    async def connect(
+        cls,
+        id: str,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        config: ServerConfig | None = None,
+        state_dir: str | os.PathLike | None = None,
+    ) -> AsyncSandbox:
+        """Attach to an existing sandbox; raises SandboxNotFound or SandboxGone if it is not alive."""
+        sbx = cls(id, url=url, token=token, timeout=timeout, config=config, state_dir=state_dir)
+        try:
+            await sbx.refresh()
+        except BaseException:
+            await sbx.close()
+            raise
+        return sbx
+
+    @classmethod
+    async def list(
+        cls,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        config: ServerConfig | None = None,
+        state_dir: str | os.PathLike | None = None,
+    ) -> list[SandboxInfo]:
+        """The live sandboxes on the server (on a shared server: the caller's own)."""
+        return await list_sandboxes(url=url, token=token, config=config, state_dir=state_dir)
+
+    # -- state
+
+    @property
+    def info(self) -> SandboxInfo:
+        """The sandbox as last seen: `create` and `connect` fill it, `run_code` and `renew`
+        keep it current; a bare constructor has none until `refresh()` (a property cannot
+        ask the server in the async client, so neither client does)."""
+        if self._info is None:
+            raise RuntimeError(f"no information on sandbox {self.id} yet: call refresh() first (or use connect())")
+        return self._info
+
+    async def refresh(self) -> SandboxInfo:
+        """Ask the server for the sandbox as it is now."""
+        self._info = SandboxInfo.from_dict(await self._transport.request("GET", f"/v1/sandboxes/{self.id}"))
+        return self._info
+
+    async def is_running(self) -> bool:
+        """True if the sandbox is alive on the server (asks the server)."""
+        try:
+            return (await self.refresh()).state == V.RUNNING
+        except (SandboxGone, SandboxNotFound):
+            return False
+
+    # -- code
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        timeout_seconds: float | None = None,
+        silent: bool = False,
+        store_history: bool = True,
+        on_stdout: Callback | None = None,
+        on_stderr: Callback | None = None,
+        on_display: Callback | None = None,
+        on_result: Callback | None = None,
+        on_error: Callback | None = None,
+        on_event: Callback | None = None,
+    ) -> Execution:
+        """Run `code` and return what it produced; callbacks see each event as it arrives.
+
+        An exception raised by the cell is not raised here: it is `Execution.error`, the way
+        a notebook shows it. Leaving this call early (Ctrl-C, an exception in a callback, a
+        cancelled task) closes the stream, and the server interrupts the cell.
+        """
+        body = drop_none(code=code, timeout_seconds=timeout_seconds, silent=silent, store_history=store_history)
+        execution = Execution()
+        saw_done = False
+        tr = self._transport
+        async with tr.stream(
+            "POST", f"/v1/sandboxes/{self.id}/execute", json=body, timeout=execute_timeout(tr.timeout)
+        ) as response:
+            try:
+                async for line in response.aiter_lines():
+                    event = parse_line(line)
+                    if event is None or saw_done:
+                        # Read the stream to its end even after `done`: a response left
+                        # unread closes its connection, and the next cell pays for a new one.
+                        continue
+                    execution._apply(event)
+                    for fn, arg in execute_callbacks(
+                        event, on_stdout, on_stderr, on_display, on_result, on_error, on_event
+                    ):
+                        await acall(fn, arg)
+                    if event.get("type") == V.DONE:
+                        saw_done = True
+            except httpx.TransportError as exc:
+                if not saw_done:
+                    raise transport_error(exc, tr.config) from exc
+        check_execute_done(execution, saw_done, tr.config)
+        self._info = info_after(self._info, execution)
+        return execution
+
+    async def interrupt(self) -> bool:
+        """Send KeyboardInterrupt to the running cell; False if nothing was running."""
+        body = await self._transport.request("POST", f"/v1/sandboxes/{self.id}/interrupt")
+        return bool((body or {}).get("interrupted"))
+
+    async def renew(self, ttl_seconds: int | None = None, *, extend_seconds: int | None = None) -> SandboxInfo:
+        """Restart the countdown at the sandbox's TTL, within the hard cap of its max lifetime.
+
+        `ttl_seconds` changes the sliding TTL itself (every later execute renews to it);
+        `extend_seconds` pushes expiry that far ahead once, leaving the TTL as it is.
+        """
+        body = drop_none(ttl_seconds=ttl_seconds, extend_seconds=extend_seconds)
+        self._info = SandboxInfo.from_dict(
+            await self._transport.request("POST", f"/v1/sandboxes/{self.id}/renew", json=body)
+        )
+        return self._info
+
+    async def delete(self) -> None:
+        """Kill the sandbox and everything in it. Deleting one already gone is not an error:
+        the caller's goal, that it no longer run, holds."""
+        try:
+            await self._transport.request("DELETE", f"/v1/sandboxes/{self.id}")
+        except (SandboxGone, SandboxNotFound):
+            pass
+        if self._info is not None:
+            self._info = dataclasses.replace(self._info, state=V.DELETED)
+
+    # -- introspection
+
+    async def complete(self, code: str, cursor_pos: int | None = None) -> dict[str, t.Any]:
+        """Completions as in a Jupyter `complete_reply` (matches, cursor_start, cursor_end)."""
+        pos = len(code) if cursor_pos is None else cursor_pos
+        return await self._transport.request(
+            "POST", f"/v1/sandboxes/{self.id}/complete", json={"code": code, "cursor_pos": pos}
+        )
+
+    async def inspect(self, code: str, cursor_pos: int | None = None, detail_level: int = 0) -> dict[str, t.Any]:
+        """Help for the name at the cursor, as in a Jupyter `inspect_reply` (found, data)."""
+        pos = len(code) if cursor_pos is None else cursor_pos
+        return await self._transport.request(
+            "POST",
+            f"/v1/sandboxes/{self.id}/inspect",
+            json={"code": code, "cursor_pos": pos, "detail_level": detail_level},
+        )
+
+    async def is_complete(self, code: str) -> dict[str, t.Any]:
+        """Whether `code` is a complete statement: status complete, incomplete or invalid."""
+        return await self._transport.request("POST", f"/v1/sandboxes/{self.id}/is_complete", json={"code": code})
+
+    # -- lifetime of this object
+
+    async def close(self) -> None:
+        """Close the HTTP connections; the sandbox itself lives on (see `delete`)."""
+        await self._transport.close()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc_info: t.Any) -> None:
+        try:
+            await self.delete()
+        except SandboxError:
+            # Do not hide the exception that ended the block behind a cleanup failure.
+            if exc_info[0] is None:
+                raise
+        finally:
+            await self.close()
+
+    def __repr__(self) -> str:
+        state = self._info.state if self._info else "?"
+        return f"<AsyncSandbox {self.id} {state} at {self.config.url}>"
+
+
+# -- module level
+
+
+async def list_sandboxes(
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> list[SandboxInfo]:
+    """The live sandboxes on the server (on a shared server: the caller's own)."""
+    tr = _AsyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        body = await tr.request("GET", "/v1/sandboxes")
+    finally:
+        await tr.close()
+    return [SandboxInfo.from_dict(s) for s in body.get("sandboxes", [])]
+
+
+async def health(
+    *, url: str | None = None, timeout: float = 5.0, state_dir: str | os.PathLike | None = None
+) -> dict[str, t.Any]:
+    """`{"status": "ok", "version": ...}` if a server answers; ServerUnavailable if not.
+
+    Needs no token, so it tells "no server" apart from "wrong token".
+    """
+    config = dataclasses.replace(resolve(url, None, state_dir), token=None, token_source="not needed")
+    tr = _AsyncTransport(config, as_timeout(timeout))
+    try:
+        return await tr.request("GET", "/v1/health")
+    finally:
+        await tr.close()
+
+
+async def server_info(
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> dict[str, t.Any]:
+    """The server's version, the isolation in force and the warm pool's state."""
+    tr = _AsyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        return await tr.request("GET", "/v1/info")
+    finally:
+        await tr.close()
