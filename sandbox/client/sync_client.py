@@ -39,8 +39,8 @@ from .wire import (
     Sink,
     call,
     iter_upload,
-    check_command_done,
-    check_execute_done,
+    EventRoute,
+    check_stream_done,
     command_body,
     command_callbacks,
     content_length,
@@ -79,6 +79,34 @@ class _SyncTransport:
             return response.json()
         except ValueError:
             return response.content
+
+    def post_events(
+        self, path: str, body: dict[str, t.Any], record: Execution | CommandResult, route: EventRoute
+    ) -> bool:
+        """POST `body` and read the NDJSON event stream it answers: each event is folded
+        into `record` and handed to the callbacks `route` picks. True if `done` came.
+
+        A cell or command may print nothing for hours, so no read timeout: its own timeout
+        is the server's business.
+        """
+        saw_done = False
+        with self.stream("POST", path, json=body, timeout=execute_timeout(self.timeout)) as response:
+            try:
+                for line in response.iter_lines():
+                    event = parse_line(line)
+                    if event is None or saw_done:
+                        # Read the stream to its end even after `done`: a response left
+                        # unread closes its connection, and the next call pays for a new one.
+                        continue
+                    record._apply(event)
+                    for fn, arg in route(event):
+                        call(fn, arg)
+                    if event.get("type") == V.DONE:
+                        saw_done = True
+            except httpx.TransportError as exc:
+                if not saw_done:
+                    raise transport_error(exc, self.config) from exc
+        return saw_done
 
     def stream(self, method: str, path: str, **kwargs: t.Any) -> t.ContextManager[httpx.Response]:
         return _SyncStream(self, method, path, kwargs)
@@ -208,27 +236,14 @@ class Commands:
         exception in a callback, a cancelled task) closes the stream, and the server stops
         the command.
         """
-        body = command_body(cmd, cwd, env, stdin, timeout)
         result = CommandResult()
-        saw_done = False
-        tr = self._sandbox._transport
-        with tr.stream(
-            "POST", f"/v1/sandboxes/{self._sandbox.id}/commands", json=body, timeout=execute_timeout(tr.timeout)
-        ) as response:
-            try:
-                for line in response.iter_lines():
-                    event = parse_line(line)
-                    if event is None or saw_done:
-                        continue
-                    result._apply(event)
-                    for fn, arg in command_callbacks(event, on_stdout, on_stderr, on_start):
-                        call(fn, arg)
-                    if event.get("type") == V.DONE:
-                        saw_done = True
-            except httpx.TransportError as exc:
-                if not saw_done:
-                    raise transport_error(exc, tr.config) from exc
-        check_command_done(saw_done, tr.config)
+        saw_done = self._sandbox._transport.post_events(
+            f"/v1/sandboxes/{self._sandbox.id}/commands",
+            command_body(cmd, cwd, env, stdin, timeout),
+            result,
+            lambda event: command_callbacks(event, on_stdout, on_stderr, on_start),
+        )
+        check_stream_done(saw_done, self._sandbox.config, "the command's stream", "the command")
         return result
 
     def interrupt(self, command_id: str) -> bool:
@@ -402,31 +417,14 @@ class Sandbox:
         a notebook shows it. Leaving this call early (Ctrl-C, an exception in a callback, a
         cancelled task) closes the stream, and the server interrupts the cell.
         """
-        body = drop_none(code=code, timeout_seconds=timeout_seconds, silent=silent, store_history=store_history)
         execution = Execution()
-        saw_done = False
-        tr = self._transport
-        with tr.stream(
-            "POST", f"/v1/sandboxes/{self.id}/execute", json=body, timeout=execute_timeout(tr.timeout)
-        ) as response:
-            try:
-                for line in response.iter_lines():
-                    event = parse_line(line)
-                    if event is None or saw_done:
-                        # Read the stream to its end even after `done`: a response left
-                        # unread closes its connection, and the next cell pays for a new one.
-                        continue
-                    execution._apply(event)
-                    for fn, arg in execute_callbacks(
-                        event, on_stdout, on_stderr, on_display, on_result, on_error, on_event
-                    ):
-                        call(fn, arg)
-                    if event.get("type") == V.DONE:
-                        saw_done = True
-            except httpx.TransportError as exc:
-                if not saw_done:
-                    raise transport_error(exc, tr.config) from exc
-        check_execute_done(execution, saw_done, tr.config)
+        saw_done = self._transport.post_events(
+            f"/v1/sandboxes/{self.id}/execute",
+            drop_none(code=code, timeout_seconds=timeout_seconds, silent=silent, store_history=store_history),
+            execution,
+            lambda event: execute_callbacks(event, on_stdout, on_stderr, on_display, on_result, on_error, on_event),
+        )
+        check_stream_done(saw_done, self.config, "the execute stream", "the cell")
         self._info = info_after(self._info, execution)
         return execution
 

@@ -21,13 +21,14 @@ import httpx
 from ..runtime import vocabulary as V
 from .configuration import ServerConfig
 from .errors import ServerUnavailable
-from .models import Execution
 
 CHUNK_SIZE = 1024 * 1024
 
 Callback = t.Callable[[t.Any], t.Any]
 FileData = t.Union[bytes, bytearray, memoryview, str, pathlib.Path, t.BinaryIO, t.Iterable[bytes]]
 Progress = t.Callable[[int, t.Optional[int]], t.Any]
+# Which callbacks an event goes to, with what argument (command_callbacks, execute_callbacks).
+EventRoute = t.Callable[[dict[str, t.Any]], t.List[t.Tuple[Callback, t.Any]]]
 
 
 def command_body(
@@ -61,15 +62,6 @@ def command_callbacks(
     if kind == V.START and on_start:
         return [(on_start, event.get("command_id"))]
     return []
-
-
-def check_command_done(saw_done: bool, config: ServerConfig) -> None:
-    if not saw_done:
-        raise ServerUnavailable(
-            "stream_ended",
-            f"the sandbox server at {config.url} ended the command's stream before the command finished "
-            "(server restarted or connection lost); the command may have partly run",
-        )
 
 
 def execute_callbacks(
@@ -224,13 +216,16 @@ def upload_data(data: t.Any) -> t.Any:
     return data
 
 
-def check_execute_done(execution: Execution, saw_done: bool, config: ServerConfig) -> None:
+def check_stream_done(saw_done: bool, config: ServerConfig, stream: str, what: str) -> None:
+    """A stream that ended without `done`: the server went away mid-run, and `what` may
+    have partly run (so it is not retried)."""
     if not saw_done:
         raise ServerUnavailable(
             "stream_ended",
-            f"the sandbox server at {config.url} ended the execute stream before the cell finished "
-            "(server restarted or connection lost); the cell may have partly run",
+            f"the sandbox server at {config.url} ended {stream} before {what} finished "
+            f"(server restarted or connection lost); {what} may have partly run",
         )
+
 
 def parse_line(line: str) -> dict[str, t.Any] | None:
     line = line.strip()

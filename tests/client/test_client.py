@@ -1,4 +1,5 @@
-"""The Python client against a real server."""
+"""The Python client against a real server, each test in both flavours (the `client`
+fixture: the sync client and the async one)."""
 
 from __future__ import annotations
 
@@ -15,31 +16,28 @@ import pytest
 from sandbox.client import (
     AsyncSandbox,
     InvalidRequest,
-    Sandbox,
     SandboxError,
     SandboxGone,
     SandboxNotFound,
     ServerUnavailable,
     Unauthorized,
     default_state_dir,
-    health,
-    list_sandboxes,
     resolve,
 )
 
 
 @pytest.fixture
-def sbx(server):
-    with Sandbox.create(url=server.url, token=server.token) as s:
+def sbx(server, client):
+    with client.Sandbox.create(url=server.url, token=server.token) as s:
         yield s
 
 
-def test_health_needs_no_token(server):
-    assert health(url=server.url)["status"] == "ok"
+def test_health_needs_no_token(server, client):
+    assert client.health(url=server.url)["status"] == "ok"
 
 
-def test_create_reports_the_sandbox(server):
-    with Sandbox.create(ttl_seconds=600, url=server.url, token=server.token) as s:
+def test_create_reports_the_sandbox(server, client):
+    with client.Sandbox.create(ttl_seconds=600, url=server.url, token=server.token) as s:
         info = s.info
         assert info.id == s.id and s.id
         assert info.state == "running"
@@ -49,8 +47,24 @@ def test_create_reports_the_sandbox(server):
         assert 500 < info.ttl_left() <= 600
         assert info.limits.memory_mb and info.limits.memory_mb > 0
         assert info.isolation.get("backend")
-        assert s.id in {i.id for i in list_sandboxes(url=server.url, token=server.token)}
+        assert s.id in {i.id for i in client.list_sandboxes(url=server.url, token=server.token)}
         assert s.refresh().id == s.id
+
+
+def test_info_is_what_the_server_last_said(server, client):
+    """One behaviour in both flavours: create and connect (both take `config=`) fill
+    `info`; a bare constructor has none until `refresh()`, and says so."""
+    config = resolve(url=server.url, token=server.token)
+    with client.Sandbox.create(config=config) as s:
+        assert s.info.id == s.id
+        attached = client.Sandbox.connect(s.id, config=config)
+        assert attached.info.id == s.id
+        attached.close()
+        bare = client.Sandbox(s.id, config=config)
+        with pytest.raises(RuntimeError, match="refresh"):
+            bare.info
+        assert bare.refresh().state == "running" and bare.info.state == "running"
+        bare.close()
 
 
 def test_run_code_keeps_state_and_collects_outputs(sbx):
@@ -159,63 +173,63 @@ def test_paths_outside_the_workspace_are_refused(sbx, path):
         sbx.files.write(path, b"x")
 
 
-def test_errors_are_exceptions_with_the_servers_message(server):
+def test_errors_are_exceptions_with_the_servers_message(server, client):
     with pytest.raises(SandboxNotFound) as info:
-        Sandbox.connect("sbx-does-not-exist", url=server.url, token=server.token)
+        client.Sandbox.connect("sbx-does-not-exist", url=server.url, token=server.token)
     assert info.value.status == 404 and info.value.message
     with pytest.raises(Unauthorized) as info:
-        Sandbox.create(url=server.url, token="wrong-token")
+        client.Sandbox.create(url=server.url, token="wrong-token")
     assert info.value.status == 401
     with pytest.raises(InvalidRequest) as info:
-        Sandbox.create(cpus="lots", url=server.url, token=server.token)  # type: ignore[arg-type]
+        client.Sandbox.create(cpus="lots", url=server.url, token=server.token)  # type: ignore[arg-type]
     assert info.value.status in (400, 422)
 
 
-def test_unreachable_server_says_how_to_start_one():
+def test_unreachable_server_says_how_to_start_one(client):
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(ServerUnavailable) as info:
-        Sandbox.create(url=f"http://127.0.0.1:{port}", token="x")
+        client.Sandbox.create(url=f"http://127.0.0.1:{port}", token="x")
     assert "sandbox-kernel serve" in str(info.value)
     assert info.value.sent is False
 
 
-def test_context_manager_deletes_and_gone_says_why(server):
-    with Sandbox.create(url=server.url, token=server.token) as s:
+def test_context_manager_deletes_and_gone_says_why(server, client):
+    with client.Sandbox.create(url=server.url, token=server.token) as s:
         sid = s.id
         s.run_code("1")
-    assert sid not in {i.id for i in list_sandboxes(url=server.url, token=server.token)}
+    assert sid not in {i.id for i in client.list_sandboxes(url=server.url, token=server.token)}
     with pytest.raises(SandboxGone) as info:
-        Sandbox.connect(sid, url=server.url, token=server.token)
+        client.Sandbox.connect(sid, url=server.url, token=server.token)
     assert info.value.status == 410
     assert "deleted" in info.value.message
-    attached = Sandbox(sid, url=server.url, token=server.token)
+    attached = client.Sandbox(sid, url=server.url, token=server.token)
     with pytest.raises(SandboxGone):
         attached.run_code("1")
     attached.delete()  # deleting what is already gone is not an error
     attached.close()
 
 
-def test_context_manager_deletes_on_error_too(server):
+def test_context_manager_deletes_on_error_too(server, client):
     with pytest.raises(RuntimeError):
-        with Sandbox.create(url=server.url, token=server.token) as s:
+        with client.Sandbox.create(url=server.url, token=server.token) as s:
             sid = s.id
             raise RuntimeError("boom")
-    assert sid not in {i.id for i in list_sandboxes(url=server.url, token=server.token)}
+    assert sid not in {i.id for i in client.list_sandboxes(url=server.url, token=server.token)}
 
 
-def test_renew_pushes_expiry_back(server):
-    with Sandbox.create(ttl_seconds=60, url=server.url, token=server.token) as s:
+def test_renew_pushes_expiry_back(server, client):
+    with client.Sandbox.create(ttl_seconds=60, url=server.url, token=server.token) as s:
         info = s.renew(300)
         assert 240 < info.ttl_left() <= 300
         assert s.info.expires_at == info.expires_at
 
 
-def test_short_ttl_expires(server):
-    s = Sandbox.create(ttl_seconds=2, url=server.url, token=server.token)
+def test_short_ttl_expires(server, client):
+    s = client.Sandbox.create(ttl_seconds=2, url=server.url, token=server.token)
     try:
         deadline = time.monotonic() + 30
         while s.is_running():

@@ -1,4 +1,4 @@
-"""`sbx.commands.run` in the sync and async clients, against a real server."""
+"""`sbx.commands.run` in the sync and async clients (the `client` fixture), against a real server."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from sandbox.client import AsyncSandbox, CommandResult, InvalidRequest, Sandbox
+from sandbox.client import AsyncSandbox, CommandResult, InvalidRequest
 
 
 @pytest.fixture(scope="module")
-def sbx(sandbox_server):
-    with Sandbox.create(url=sandbox_server.url, token=sandbox_server.token) as s:
+def sbx(sandbox_server, client):
+    with client.Sandbox.create(url=sandbox_server.url, token=sandbox_server.token) as s:
         yield s
 
 
