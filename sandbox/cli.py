@@ -138,7 +138,8 @@ def cmd_image_rm(args) -> int:
     """Removed by the state directory's server, which knows which images its sandboxes use
     (and ends the warm pool's sandboxes of that image). Sandboxes outlive their server, so
     when it cannot be asked the removal is refused; --force removes the files regardless."""
-    from .client import ServerUnavailable, _SyncTransport, DEFAULT_TIMEOUT
+    from .client import DEFAULT_TIMEOUT, ServerUnavailable
+    from .client.sync_client import _SyncTransport
     from .images import ImageError
 
     config = _server(args)
@@ -213,7 +214,8 @@ def cmd_ls(args) -> int:
 def cmd_rm(args) -> int:
     """Each id on its own: an unknown one is one line (and exit status 1), one that had
     already ended says how, and the others still go."""
-    from .client import DEFAULT_TIMEOUT, SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable, _SyncTransport
+    from .client import DEFAULT_TIMEOUT, SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable
+    from .client.sync_client import _SyncTransport
 
     config = _server(args)
     if config is None:

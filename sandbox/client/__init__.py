@@ -36,7 +36,7 @@ from .errors import (
     Unauthorized,
 )
 from .models import CommandResult, Execution, ExecutionError, FileInfo, FileList, Limits, SandboxInfo
-from .sync_client import Commands, Files, Sandbox, _SyncTransport, health, list_sandboxes, server_info
+from .sync_client import Commands, Files, Sandbox, health, list_sandboxes, server_info
 
 __all__ = [
     "AsyncCommands",

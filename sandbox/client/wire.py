@@ -8,6 +8,7 @@ from it (async_client.py, sync_client.py) share one copy.
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import io
 import json
