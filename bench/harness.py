@@ -411,22 +411,15 @@ class BenchServer:
         while ended and time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in ended.values()):
             time.sleep(0.1)
         # What the server would have cleaned up had it been running (a supervisor ending on
-        # its own does not always get to its teardown): the workspace mount, empty cgroups.
-        from sandbox.isolation import disk
+        # its own does not always get to its teardown): the cgroup, the workspace mount.
+        from sandbox.isolation.host import HostResources
 
         for name in ended:
             d = self.state_dir / "sandboxes" / name
             try:
-                disk.destroy(str(d / "workspace.img"), str(d / "workspace"))
-                dirs = json.loads((d / "state.json").read_text()).get("cgroup_dirs") or []
+                HostResources.left_behind(str(d), json.loads((d / "state.json").read_text())).release()
             except (OSError, ValueError, RuntimeError):
                 continue
-            for cg in dirs:
-                if f"/{name}" in cg:
-                    try:
-                        os.rmdir(cg)
-                    except OSError:
-                        pass
         return list(ended)
 
 

@@ -25,7 +25,8 @@ from .config import ServiceConfig
 from .errors import ApiError
 from .ids import new_sandbox_id
 from .images import ImageStore
-from .isolation import bwrap, cgroups, disk
+from .isolation import bwrap, disk, host
+from .isolation.host import HostResources
 from .paths import StateDir
 from .runtime import vocabulary as V
 from .runtime.protocol import ProtocolError, read_frame, write_frame
@@ -193,13 +194,10 @@ class SandboxManager:
     def _bury(self, sandbox_id: str, st: dict, d: str) -> None:
         self.ended[sandbox_id] = st
         self.tenancy.unwatch(sandbox_id)
-        if st.get("cgroup_dirs"):  # left behind when a supervisor was killed
-            leftover = cgroups.SandboxCgroup.from_dirs(st["cgroup_dirs"])
-            leftover.kill_all()
-            leftover.remove()
-        # Workspaces of ended sandboxes are removed; the small state file stays as a tombstone.
-        disk.destroy(os.path.join(d, "workspace.img"), os.path.join(d, "workspace"))
-        shutil.rmtree(os.path.join(d, "workspace"), ignore_errors=True)
+        # What a killed supervisor left (its cgroup, its workspace's mount); the workspaces of
+        # ended sandboxes are removed, the small state file stays as a tombstone.
+        HostResources.left_behind(d, st).release()
+        shutil.rmtree(host.workspace_dir(d), ignore_errors=True)
 
     async def stop(self) -> None:
         """End the warm pool (its sandboxes hold nobody's state) and, with
@@ -549,7 +547,7 @@ class SandboxManager:
 
     def host(self) -> capacity.Host:
         """The host now, its free disk less what live workspaces may still grow by."""
-        committed = sum(capacity.unwritten_mb(os.path.join(h.dir, "workspace.img"), (h.state.get("limits") or {}).get("disk_mb", 0))
+        committed = sum(capacity.unwritten_mb(host.workspace_image(h.dir), (h.state.get("limits") or {}).get("disk_mb", 0))
                         for h in self.live.values())
         return capacity.host_facts(self.state.sandboxes, committed)
 
@@ -604,7 +602,7 @@ class SandboxManager:
         os.makedirs(d, mode=0o711)
         os.chmod(d, 0o711)
         uid = self._allocate_uid()
-        workspace = os.path.join(d, "workspace")
+        workspace = host.workspace_dir(d)
         os.makedirs(workspace, mode=0o700)
         if uid is not None:
             os.chown(workspace, uid, uid)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 from ..runtime import vocabulary as V
-from .launch import HostResources
+from ..isolation.host import HostResources
 
 
 def describe_mb(mb) -> str:

@@ -1,103 +1,26 @@
-"""Launching a sandbox: the host resources it holds, its backend's process, its first frame.
+"""Launching a sandbox: its backend's process, the channel to it, its first frame.
 
-Every backend shares what is set up here: the cgroup (memory, pids, cpu), the rlimits
-that stand in for missing cgroup controllers, the workspace's filesystem image, the
-channel's socket pair and the capped runtime log. The isolation tool itself is the
-backend's (``sandbox/backends``).
+Every backend shares what is set up here and in ``isolation/host.py`` (the cgroup, the
+rlimits, the workspace's filesystem image): the channel's socket pair and the capped
+runtime log. The isolation tool itself is the backend's (``sandbox/backends``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import resource
 import socket
 from dataclasses import dataclass
 
 from .. import testonly
 from ..backends import Launch, backend_for
-from ..isolation import cgroups, disk
+from ..isolation.host import HostResources
 from ..runtime import framecheck
 from ..runtime import vocabulary as V
 from ..runtime.protocol import ProtocolError, read_payload
 
 RUNTIME_LOG_BYTES = 1024 * 1024
 RUNTIME_READY_TIMEOUT = 180.0
-
-
-class HostResources:
-    """What a sandbox holds on the host outside its process tree: its cgroup and its
-    workspace's filesystem image, with the baselines its death is diagnosed against."""
-
-    def __init__(self, sandbox_dir: str, spec: dict):
-        self.spec = spec
-        self.workspace_image = os.path.join(sandbox_dir, "workspace.img")
-        self.cgroup: cgroups.SandboxCgroup | None = None
-        self.oom_baseline = 0
-        self.pids_baseline = 0
-        self.rlimits: list[tuple[int, int]] = []
-
-    def acquire(self, isolation: dict) -> None:
-        """Create the cgroup and the workspace filesystem; report both in ``isolation``."""
-        spec, limits = self.spec, self.spec["limits"]
-        support = cgroups.detect() if spec.get("use_cgroups", True) else cgroups.CgroupSupport(None, {}, "disabled")
-        enforced: dict[str, str] = {}
-        if support.version:
-            self.cgroup = cgroups.SandboxCgroup(support, spec["id"])
-            enforced = self.cgroup.create(limits.get("memory_mb"), limits.get("pids"), limits.get("cpus"))
-            self.oom_baseline = self.cgroup.oom_kills()
-            self.pids_baseline = self.cgroup.pids_limit_hits()
-        self.rlimits = self._rlimits(support)
-        for res, _ in self.rlimits:
-            name = {resource.RLIMIT_NPROC: "pids", resource.RLIMIT_AS: "memory"}.get(res)
-            if name and name not in enforced:
-                enforced[name] = "rlimit"
-        for key in ("memory", "pids", "cpu"):
-            enforced.setdefault(key, "none")
-        if spec.get("disk_quota"):
-            disk.create(self.workspace_image, spec["workspace"], limits["disk_mb"], spec.get("uid"))
-            disk_mode = f"ext4 loop filesystem of {limits['disk_mb']} MiB"
-        else:
-            disk_mode = "none (plain directory)"
-        isolation.update({"cgroup": support.version or "none", "cgroup_detail": support.reason, **enforced,
-                          "host_uid": spec.get("uid"), "disk": disk_mode})
-
-    @property
-    def cgroup_dirs(self) -> list[str]:
-        return sorted(set(self.cgroup.dirs.values())) if self.cgroup is not None else []
-
-    def _rlimits(self, support: cgroups.CgroupSupport) -> list[tuple[int, int]]:
-        limits = self.spec["limits"]
-        rl = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, int(limits["open_files"]))]
-        if limits.get("file_mb"):
-            rl.append((resource.RLIMIT_FSIZE, int(limits["file_mb"]) * 1024 * 1024))
-        if "pids" not in support.parents and self.spec.get("uid") is not None and limits.get("pids"):
-            rl.append((resource.RLIMIT_NPROC, int(limits["pids"])))
-        if "memory" not in support.parents and limits.get("memory_mb"):
-            # Address space, not resident memory: a blunt fallback, reported as such.
-            rl.append((resource.RLIMIT_AS, (int(limits["memory_mb"]) + 2048) * 1024 * 1024))
-        return rl
-
-    def child_setup(self):
-        """What the forked child does before it executes the backend's tool."""
-        cgroup, rlimits, uid = self.cgroup, self.rlimits, self.spec.get("uid")
-
-        def in_child() -> None:
-            if cgroup is not None:
-                cgroup.join()
-            for res, value in rlimits:
-                resource.setrlimit(res, (value, value))
-            if uid is not None:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-
-        return in_child
-
-    async def kill_processes(self) -> None:
-        """Every process left in the cgroup (a sandbox's forks may outlive its pid 1)."""
-        if self.cgroup is not None:
-            await asyncio.to_thread(self.cgroup.kill_all)
 
 
 @dataclass

@@ -13,13 +13,13 @@ import os
 import time
 
 from .. import statefile
-from ..isolation import disk
+from ..isolation.host import HostResources
 from ..runtime import vocabulary as V
 from .channel import RuntimeChannel
 from .control import ControlServer, socket_path
 from .deadlines import watch_deadlines
 from .death import death_cause
-from .launch import HostResources, LaunchFailed, exit_code, launch
+from .launch import LaunchFailed, exit_code, launch
 from .record import StateRecord, iso
 
 
@@ -89,7 +89,7 @@ class Supervisor:
                 self.proc.kill()
             except ProcessLookupError:
                 pass
-        await self.host.kill_processes()
+        await asyncio.to_thread(self.host.kill_processes)
         if self.proc is not None:
             await exit_code(self.proc, 10.0)
 
@@ -105,12 +105,7 @@ class Supervisor:
     async def teardown(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
             await self.kill(*(self.kill_reason or (V.KILLED, "the supervisor ended")))
-        cgroup = self.host.cgroup
-        if cgroup is not None:
-            await asyncio.to_thread(cgroup.kill_all)
-            cgroup.remove()
-        if self.spec.get("disk_quota"):
-            await asyncio.to_thread(disk.destroy, self.host.workspace_image, self.spec["workspace"])
+        await asyncio.to_thread(self.host.release)
         self.record["ended_at"] = iso(time.time())
         self.record.save_if_possible()
         try:
