@@ -118,6 +118,19 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
                                                    "knows the calling process; over TCP it cannot")
         return JSONResponse(await manager.create(data, owner=caller.tenant, caller=caller.peer), status_code=201)
 
+    async def put_secret(request: Request):
+        data = await body(request, schemas.SECRET)
+        secret = manager.egress.secrets.put(request.path_params["name"], data["value"], data["hosts"],
+                                            owner=caller_of(request).tenant)
+        return JSONResponse(secret.describe())
+
+    async def list_secrets(request: Request):
+        return JSONResponse({"secrets": manager.egress.secrets.list(caller_of(request).tenant)})
+
+    async def delete_secret(request: Request):
+        manager.egress.secrets.delete(request.path_params["name"], caller_of(request).tenant)
+        return JSONResponse({"name": request.path_params["name"], "deleted": True})
+
     async def list_sandboxes(request: Request):
         caller = caller_of(request)
         return JSONResponse({"sandboxes": [manager.describe(h) for h in manager.list() if caller.may_see(manager.owner_of(h.id))]})
@@ -289,6 +302,9 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
         Route(sid + "/files/{path:path}", put_file, methods=["PUT"]),
         Route(sid + "/files/{path:path}", get_file, methods=["GET"]),
         Route(sid + "/files/{path:path}", delete_file, methods=["DELETE"]),
+        Route("/v1/secrets", list_secrets, methods=["GET"]),
+        Route("/v1/secrets/{name}", put_secret, methods=["PUT"]),
+        Route("/v1/secrets/{name}", delete_secret, methods=["DELETE"]),
         Route("/v1/images", list_images, methods=["GET"]),
         Route("/v1/images", build_image, methods=["POST"]),
         Route("/v1/images/{name}", get_image, methods=["GET"]),

@@ -77,6 +77,14 @@ class ServiceConfig(Configurable):
         "prove another layer on its own. Honoured only when SANDBOX_KERNEL_UNSAFE_TEST_ONLY_LAYERS_OFF "
         "names the same layers; serve refuses to start otherwise (see sandbox/testonly.py).")).tag(config=True)
 
+    egress_hosts = Dict(help="Names the egress proxy resolves to the given addresses before asking DNS (an "
+                        "internal API's name; tests map their stand-in hosts to loopback). An address "
+                        "that is not public still has to be listed in a sandbox's policy.").tag(config=True)
+    egress_ca_file = Unicode("", help="Extra CA certificates (PEM) the egress proxy trusts when it opens TLS to a "
+                             "host a secret is bound to (an internal API's CA).").tag(config=True)
+    egress_pip_index = Unicode("", help="The package index a policy with \"pip\": true allows (default: the one "
+                               "the server's own pip is configured with, if https; else PyPI).").tag(config=True)
+
     node_id = Unicode("", help="This node's name in a cluster (e.g. the Kubernetes node name): it is put in every "
                       "sandbox id, so that a gateway routes each call to the node that holds the sandbox.").tag(config=True)
     draining = Bool(False, help="Start draining: no new sandboxes, existing ones run out.").tag(config=True)

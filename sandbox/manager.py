@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 from . import capacity, statefile, testonly
 from .config import ServiceConfig
+from .egress.policy import EgressPolicy
+from .egress.service import EgressService, own_addresses
 from .errors import ApiError
 from .ids import new_sandbox_id
 from .images import ImageStore
@@ -108,6 +110,8 @@ class SandboxManager:
         self.disk_quota = disk.available()[0]
         self.reserved: list[dict] = []  # limits of the creates under way, counted as used
         self.draining = config.draining  # no new sandboxes (nor pool refills); existing ones run out
+        self.egress = EgressService(config.state_dir, hosts=config.egress_hosts, upstream_ca=config.egress_ca_file,
+                                    own_addresses=own_addresses(config), pip_index=config.egress_pip_index)
 
     # --------------------------------------------------------------- startup
     def prepare(self, progress=print) -> None:
@@ -179,6 +183,7 @@ class SandboxManager:
             if reply and reply.get("state"):
                 handle.state = reply["state"]
                 self.live[sandbox_id] = handle
+                await self.egress.reopen(sandbox_id, d, spec, spec.get("uid"))
                 if handle.state.get("state") == V.POOLED:
                     self.pool.setdefault(handle.image, deque()).append(sandbox_id)
                 log.info("re-attached to sandbox %s (%s)", sandbox_id, handle.state.get("state"))
@@ -193,6 +198,7 @@ class SandboxManager:
 
     def _bury(self, sandbox_id: str, st: dict, d: str) -> None:
         self.ended[sandbox_id] = st
+        self.egress.close(sandbox_id)
         self.tenancy.unwatch(sandbox_id)
         # What a killed supervisor left (its cgroup, its workspace's mount); the workspaces of
         # ended sandboxes are removed, the small state file stays as a tombstone.
@@ -523,6 +529,7 @@ class SandboxManager:
         image = request.get("image") or self.config.default_image
         if self.images.get(image) is None:
             raise ApiError(404, "not_found", f"no image named {image!r}; build it with: sandbox-kernel image build {image} --pip ...")
+        egress = self.egress.parse(request["egress"], owner) if request.get("egress") is not None else None
         ttl = int(request.get("ttl_seconds") or self.config.ttl_seconds)
         max_life = int(request.get("max_lifetime_seconds") or self.config.max_lifetime_seconds)
         limits = self._limits(request)
@@ -532,9 +539,11 @@ class SandboxManager:
                  "metadata": request.get("metadata") or {}, "limits": limits}
         self.reserved.append(limits)
         try:
-            handle = await self._claim_from_pool(image, limits, claim)
+            # A warm sandbox was launched without egress: a policy needs a launch of its own.
+            handle = await self._claim_from_pool(image, limits, claim) if egress is None else None
             if handle is None:
-                handle = await self._spawn(image, limits, ttl, max_life, pooled=False, metadata=claim["metadata"])
+                handle = await self._spawn(image, limits, ttl, max_life, pooled=False, metadata=claim["metadata"],
+                                           egress=egress, owner=owner)
                 handle.state["from_pool"] = False
         finally:
             self.reserved.remove(limits)
@@ -595,7 +604,7 @@ class SandboxManager:
         return None
 
     async def _spawn(self, image: str, limits: dict, ttl: int, max_life: int, *, pooled: bool,
-                     metadata: dict | None = None) -> Handle:
+                     metadata: dict | None = None, egress: EgressPolicy | None = None, owner: int | None = None) -> Handle:
         image_info = self.images.get(image)
         sandbox_id = new_sandbox_id(self.config.node_id)
         d = self.state.sandbox(sandbox_id)
@@ -614,6 +623,8 @@ class SandboxManager:
             "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path, "bwrap_version": self.bwrap_version,
             "unsafe_test_only_layers_off": testonly.honoured(self.config),
         }
+        if egress is not None:
+            spec["egress"] = await self.egress.prepare(sandbox_id, d, egress, uid, owner)
         statefile.write_json(os.path.join(d, "spec.json"), spec)
         # Until the supervisor reports, a pool sandbox must already look pooled (hidden from
         # GET /v1/sandboxes and from get), not like a user's sandbox with no state.
@@ -640,6 +651,7 @@ class SandboxManager:
         except ValueError:
             ready = {"ok": False, "error": f"the supervisor said: {line[:200]!r}"}
         if not ready.get("ok"):
+            self.egress.close(sandbox_id)
             await self._wait_for_exit(handle)
             self.live.pop(sandbox_id, None)
             self.ended.pop(sandbox_id, None)
@@ -669,6 +681,9 @@ class SandboxManager:
         }
         if "memory_bytes" in st:
             out["memory_bytes"] = st["memory_bytes"]
+        egress = self.egress.describe(handle.id)
+        if egress is not None:
+            out["egress"] = egress
         return out
 
     async def refresh(self, handle: Handle) -> dict:

@@ -49,6 +49,10 @@ INFO = {
 }
 COMMAND_ID = {"name": "command_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 IMAGE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
+SECRET_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 128}}
+SECRET_VIEW = {"type": "object", "required": ["name", "hosts"],
+               "properties": {"name": {"type": "string"}, "hosts": {"type": "array", "items": {"type": "string"}}},
+               "description": "A registered secret: its name and bound hosts, never its value."}
 
 
 _KIND_SCHEMA = {
@@ -147,6 +151,17 @@ def openapi_document() -> dict:
                        errors=(400, 401, 404, 410, 413, 507)),
             "get": _op("Download a file (streamed)", params=[SANDBOX_ID, FILE_PATH], content="application/octet-stream", errors=(400, 401, 404, 410)),
             "delete": _op("Delete a file or directory", params=[SANDBOX_ID, FILE_PATH], errors=(400, 401, 404, 409, 410)),
+        },
+        "/v1/secrets": {"get": _op("List your registered secrets (names and hosts; never a value)", errors=(401,),
+                                   ok_schema={"type": "object", "properties": {"secrets": {"type": "array", "items": SECRET_VIEW}}})},
+        "/v1/secrets/{name}": {
+            "put": _op("Register or replace a secret bound to hosts; sandboxes that name it in egress.secrets see a "
+                       "placeholder, which the egress proxy replaces in request headers to those hosts only",
+                       params=[SECRET_NAME], body={"required": True, "content": {"application/json": {
+                           "schema": schemas.object_schema(schemas.SECRET)}}},
+                       errors=(400, 401, 413, 422), ok_schema=SECRET_VIEW),
+            "delete": _op("Forget a secret (sandboxes holding its placeholder no longer get the value)",
+                          params=[SECRET_NAME], errors=(401, 404)),
         },
         "/v1/images": {
             "get": _op("List images", errors=(401,)),

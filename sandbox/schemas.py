@@ -27,6 +27,7 @@ class Field:
     items: type | None = None
     item_max_length: int | None = None  # checked when set; the OpenAPI says 500 otherwise
     description: str = ""
+    schema: dict | None = None  # the OpenAPI schema of a structured object, checked by its own parser
 
     def check(self, name: str, value):
         expected = self.type
@@ -65,6 +66,8 @@ class Field:
             schema["pattern"] = f"^{self.pattern}$"
         if self.items is not None:
             schema["items"] = {"type": {str: "string"}[self.items], "maxLength": self.item_max_length or 500}
+        if self.schema is not None:
+            schema.update(self.schema)
         if self.description:
             schema["description"] = self.description
         return schema
@@ -77,6 +80,24 @@ def _type_name(t) -> str:
 
 IMAGE_NAME = r"[a-z0-9][a-z0-9._-]{0,62}"
 
+# The create body's egress policy (checked by sandbox/egress/policy.py, which says what is wrong).
+EGRESS = {
+    "additionalProperties": False,
+    "properties": {
+        "allow": {"type": "array", "maxItems": 256, "items": {"type": "string", "maxLength": 300},
+                  "description": "Host names ('api.example.org'), subdomains ('*.example.org'), with ports "
+                                 "('example.org:8443', default 80 and 443), or addresses/networks ('10.1.0.0/16') "
+                                 "that may be reached although not public."},
+        "secrets": {"type": "array", "maxItems": 64, "items": {"type": "string", "maxLength": 128},
+                    "description": "Registered secrets (PUT /v1/secrets/{name}) the sandbox sees as placeholders, in an "
+                                   "environment variable of that name."},
+        "pip": {"type": "boolean", "description": "Allow the package index the server's pip uses; pip installs into "
+                                                  "the sandbox's own writable layer."},
+        "max_requests": {"type": "integer", "minimum": 1, "description": "Requests (CONNECTs) the sandbox may make."},
+        "max_bytes": {"type": "integer", "minimum": 1, "description": "Bytes in and out the sandbox may move."},
+    },
+}
+
 CREATE = {
     "image": Field(str, pattern=IMAGE_NAME, description="Image name (default: 'default')."),
     "ttl_seconds": Field(int, minimum=1, maximum=14 * DAY, description="Idle time before the sandbox ends; every execute renews it."),
@@ -88,6 +109,14 @@ CREATE = {
     "metadata": Field(dict, description="Free-form labels, returned as given."),
     "end_with_caller": Field(bool, description="End the sandbox as soon as the process that created it exits "
                                                "(unix socket only: the kernel's link; default false)."),
+    "egress": Field(dict, schema=EGRESS, description="Network access through the server's egress proxy, to the "
+                    "listed hosts only (default: none, no network at all)."),
+}
+SECRET = {
+    "value": Field(str, required=True, max_length=16 * 1024, description="The secret; never returned, logged or "
+                   "given to a sandbox."),
+    "hosts": Field(list, required=True, items=str, max_length=64, item_max_length=253,
+                   description="Host names ('api.example.org', '*.example.org') whose requests get the value."),
 }
 EXECUTE = {
     "code": Field(str, required=True, max_length=1 << 20),

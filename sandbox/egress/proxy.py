@@ -57,6 +57,7 @@ class EgressSession:
     policy: EgressPolicy
     placeholders: dict[str, str]  # secret name -> this sandbox's placeholder
     socket_path: str
+    owner: int | None = None  # whose secrets the placeholders stand for
     requests: int = 0
     bytes: int = 0
     refused: int = 0
@@ -109,19 +110,20 @@ class EgressProxy:
         self.sessions: dict[str, EgressSession] = {}
 
     async def open(self, sandbox_id: str, policy: EgressPolicy, placeholders: dict[str, str],
-                   socket_path: str, *, owner_uid: int | None = None) -> EgressSession:
-        """Listen on ``socket_path`` for one sandbox (its directory is bound into the sandbox)."""
-        session = EgressSession(sandbox_id, policy, placeholders, socket_path)
+                   socket_path: str, *, sandbox_uid: int | None = None, owner: int | None = None) -> EgressSession:
+        """Listen on ``socket_path`` for one sandbox (its directory is bound into the sandbox;
+        the socket is the sandbox uid's alone)."""
+        session = EgressSession(sandbox_id, policy, placeholders, socket_path, owner)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(socket_path)
         session.server = await asyncio.start_unix_server(lambda r, w: self._serve(session, r, w), path=socket_path)
-        os.chmod(socket_path, 0o600 if owner_uid is None else 0o600)
-        if owner_uid is not None:
-            os.chown(socket_path, owner_uid, -1)
+        os.chmod(socket_path, 0o600)
+        if sandbox_uid is not None:
+            os.chown(socket_path, sandbox_uid, -1)
         self.sessions[sandbox_id] = session
         return session
 
-    async def close(self, sandbox_id: str) -> None:
+    def close(self, sandbox_id: str) -> None:
         session = self.sessions.pop(sandbox_id, None)
         if session is None or session.server is None:
             return
@@ -129,9 +131,9 @@ class EgressProxy:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(session.socket_path)
 
-    async def close_all(self) -> None:
+    def close_all(self) -> None:
         for sandbox_id in list(self.sessions):
-            await self.close(sandbox_id)
+            self.close(sandbox_id)
 
     # -- one connection from a sandbox -------------------------------------------------------
     async def _serve(self, session: EgressSession, reader, writer) -> None:
@@ -184,7 +186,8 @@ class EgressProxy:
     async def _connect(self, session, conn, request, reader, writer, record) -> None:
         host, port = _split_authority(request.target.decode("ascii", "replace"))
         address = await self._checked_address(session, host, port, record)
-        bound = [n for n in session.placeholders if self.secrets._secrets.get(n) and self.secrets._secrets[n].bound_to(host)]
+        bound = [n for n in session.placeholders
+                 if (secret := self.secrets.find(n, session.owner)) is not None and secret.bound_to(host)]
         if bound:
             upstream = await asyncio.wait_for(asyncio.open_connection(
                 str(address), port, ssl=self.upstream_ssl, server_hostname=host), CONNECT_TIMEOUT)
@@ -247,7 +250,8 @@ class EgressProxy:
         if any(k.lower() == b"upgrade" for k, _ in request.headers):
             raise _Answer(403, "protocol upgrades (WebSocket, h2c) are refused by the egress proxy")
         headers = [(k, v) for k, v in request.headers if k.lower() not in HOP_BY_HOP]
-        headers, replaced, unbound = replace_in_headers(headers, session.placeholders, self.secrets, host)
+        headers, replaced, unbound = replace_in_headers(
+            headers, session.placeholders, lambda name: self.secrets.find(name, session.owner), host)
         if replaced:
             record["secrets_replaced"] = replaced
         if unbound:

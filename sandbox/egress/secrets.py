@@ -39,10 +39,12 @@ class Secret:
 
 
 class SecretStore:
-    def __init__(self) -> None:
-        self._secrets: dict[str, Secret] = {}
+    """Secrets by (owner, name): on a shared server each user registers and uses their own."""
 
-    def put(self, name: str, value, hosts) -> Secret:
+    def __init__(self) -> None:
+        self._secrets: dict[tuple[int | None, str], Secret] = {}
+
+    def put(self, name: str, value, hosts, owner: int | None = None) -> Secret:
         if not re.fullmatch(SECRET_NAME, name or ""):
             raise ApiError(422, "invalid_request", f"a secret's name must match {SECRET_NAME}")
         if not isinstance(value, str) or not value or len(value.encode()) > MAX_SECRET_BYTES:
@@ -56,30 +58,33 @@ class SecretStore:
         except ValueError as exc:
             raise ApiError(422, "invalid_request", str(exc)) from None
         secret = Secret(name, value, rules)
-        self._secrets[name] = secret
+        self._secrets[(owner, name)] = secret
         return secret
 
-    def get(self, name: str) -> Secret:
+    def get(self, name: str, owner: int | None = None) -> Secret:
         try:
-            return self._secrets[name]
+            return self._secrets[(owner, name)]
         except KeyError:
             raise ApiError(404, "not_found", f"no secret named {name!r} is registered on this server") from None
 
-    def delete(self, name: str) -> None:
-        self.get(name)
-        del self._secrets[name]
+    def find(self, name: str, owner: int | None = None) -> Secret | None:
+        return self._secrets.get((owner, name))
 
-    def list(self) -> list[dict]:
-        return [s.describe() for s in sorted(self._secrets.values(), key=lambda s: s.name)]
+    def delete(self, name: str, owner: int | None = None) -> None:
+        self.get(name, owner)
+        del self._secrets[(owner, name)]
 
-    def placeholders_for(self, names) -> dict[str, str]:
+    def list(self, owner: int | None = None) -> list[dict]:
+        return [s.describe() for (o, _), s in sorted(self._secrets.items(), key=lambda kv: kv[0][1]) if o == owner]
+
+    def placeholders_for(self, names, owner: int | None = None) -> dict[str, str]:
         """name -> a fresh random placeholder, for one sandbox (404 for an unknown name)."""
-        return {name: PLACEHOLDER_PREFIX + _random.token_hex(16) for name in names if self.get(name)}
+        return {name: PLACEHOLDER_PREFIX + _random.token_hex(16) for name in names if self.get(name, owner)}
 
 
-def replace_in_headers(headers: list[tuple[bytes, bytes]], placeholders: dict[str, str], store: SecretStore,
+def replace_in_headers(headers: list[tuple[bytes, bytes]], placeholders: dict[str, str], find,
                        host: str) -> tuple[list[tuple[bytes, bytes]], list[str], list[str]]:
-    """Headers with each bound placeholder replaced by its value, the names replaced, and the
+    """``find``: a secret by name (the sandbox owner's). Headers with each bound placeholder replaced by its value, the names replaced, and the
     names whose placeholder was sent to a host it is not bound to (left as they were)."""
     replaced, unbound = set(), set()
     out = []
@@ -88,7 +93,7 @@ def replace_in_headers(headers: list[tuple[bytes, bytes]], placeholders: dict[st
             token = placeholder.encode()
             if token not in value:
                 continue
-            secret = store._secrets.get(name)
+            secret = find(name)
             if secret is not None and secret.bound_to(host):
                 value = value.replace(token, secret.value.encode())
                 replaced.add(name)

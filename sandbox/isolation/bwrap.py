@@ -27,6 +27,10 @@ SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 RUNTIME_MOUNT = "/opt/sandbox-kernel"
 MPLCACHE_MOUNT = "/opt/sandbox-kernel-mpl"
+# What a sandbox with an egress policy gets (sandbox/egress/service.py fills them).
+EGRESS_SOCKET_DIR = "/run/sandbox-egress"  # the directory holding the host proxy's socket
+EGRESS_CA_BUNDLE = "/etc/sandbox-egress/ca-bundle.pem"  # the host's roots plus the server's egress CA
+EGRESS_PACKAGES = "/opt/sandbox-packages"  # the writable layer pip installs into
 
 
 @dataclass(frozen=True)
@@ -206,6 +210,11 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         for fd, path in files:
             argv += ["--perms", "0444", "--file", str(fd), path]
         argv += ["--remount-ro", dest]
+    egress = spec.get("egress")
+    if egress:  # the proxy's socket (its directory: a restarted server makes a new socket), the CA bundle
+        argv += ["--ro-bind", egress["socket_dir"], EGRESS_SOCKET_DIR, "--ro-bind", egress["ca_bundle"], EGRESS_CA_BUNDLE]
+        if egress.get("packages"):  # pip's writable layer; the image stays read-only
+            argv += ["--bind", egress["packages"], EGRESS_PACKAGES]
     argv += [
         "--bind", spec["workspace"], "/workspace",  # last: nothing may shadow it
         "--remount-ro", "/",
@@ -228,6 +237,10 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         "SANDBOX_MPLCACHE": MPLCACHE_MOUNT if image.get("mplcache") else "",
         "TERM": "xterm-256color",
     }
+    if egress:
+        env.update(egress["env"])
+        if egress.get("packages"):
+            env["PYTHONPATH"] = f"{RUNTIME_MOUNT}:{EGRESS_PACKAGES}"
     for key, value in env.items():
         argv += ["--setenv", key, value]
     if seccomp_fd is not None:

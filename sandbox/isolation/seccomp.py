@@ -10,7 +10,8 @@ filter exists to take away the kernel attack surface and escape primitives
 that namespaces do not cover: creating further namespaces, mounting,
 tracing other processes, keyrings, eBPF, perf, io_uring, userfaultfd (a
 favourite exploit helper), module loading, clock changes, terminal injection
-(TIOCSTI) and every network family other than AF_UNIX.
+(TIOCSTI) and every network family other than AF_UNIX (a sandbox with an egress
+policy also gets AF_INET/AF_INET6 sockets, never raw ones, for its loopback).
 
 Architecture: only the native ABI is in the filter, and the bad-arch action is
 set to KILL_PROCESS.  On x86_64 that means i386 syscalls made with
@@ -103,6 +104,9 @@ DENIED_SYSCALLS: tuple[str, ...] = (
 )
 
 _AF_UNIX = 1
+_AF_INET = 2
+_AF_INET6 = 10
+_RAW_TYPES = (3, 4, 10)  # SOCK_RAW, SOCK_RDM, SOCK_PACKET
 
 _CLONE_NS_FLAGS = (
     0x00020000,  # CLONE_NEWNS
@@ -146,7 +150,7 @@ def _resolve(sc, name: str) -> int | None:
     return None if nr == -1 else nr
 
 
-def _build(sc) -> bytes:
+def _build(sc, inet: bool = False) -> bytes:
     """Build the filter and return the raw ``struct sock_filter`` array."""
     flt = sc.SyscallFilter(sc.ALLOW)
     flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
@@ -183,9 +187,23 @@ def _build(sc) -> bytes:
 
     # Compared as full 64-bit values: the kernel truncates the family to int,
     # so garbage in the upper half can only turn an allow into a deny.
+    # A sandbox with an egress policy also gets AF_INET/AF_INET6 (stream and datagram, never
+    # raw): its namespace holds only loopback, where the egress forwarder listens.
+    nosupport = sc.ERRNO(errno.EAFNOSUPPORT)
     for name in ("socket", "socketpair"):
-        if known(name):
-            flt.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), name, sc.Arg(0, sc.NE, _AF_UNIX))
+        if not known(name):
+            continue
+        if not inet or name == "socketpair":
+            flt.add_rule(nosupport, name, sc.Arg(0, sc.NE, _AF_UNIX))
+            continue
+        flt.add_rule(nosupport, name, sc.Arg(0, sc.LT, _AF_UNIX))
+        flt.add_rule(nosupport, name, sc.Arg(0, sc.GT, _AF_INET6))
+        for family in range(_AF_UNIX + 1, _AF_INET6):
+            if family != _AF_INET:
+                flt.add_rule(nosupport, name, sc.Arg(0, sc.EQ, family))
+        for family in (_AF_INET, _AF_INET6):
+            for kind in _RAW_TYPES:  # the low byte of type is the kind; the rest are flags
+                flt.add_rule(eperm, name, sc.Arg(0, sc.EQ, family), sc.Arg(1, sc.MASKED_EQ, 0xFF, kind))
 
     # The kernel reads cmd as unsigned int, so mask to 32 bits: otherwise
     # 0x1_00005412 would skip an EQ rule yet still be TIOCSTI (CVE-2019-10063).
@@ -203,14 +221,15 @@ def _build(sc) -> bytes:
 
 
 @functools.cache
-def build_filter() -> bytes:
-    """Return the BPF program for ``bwrap --seccomp``; built once per process.
+def build_filter(inet: bool = False) -> bytes:
+    """Return the BPF program for ``bwrap --seccomp``; built once per process (and variant).
+    ``inet``: the variant for a sandbox with an egress policy (see `_build`).
 
     Raises ImportError/RuntimeError/OSError when libseccomp is unusable.
     """
     import pyseccomp
 
-    return _build(pyseccomp)
+    return _build(pyseccomp, inet)
 
 
 def skipped_syscalls() -> tuple[str, ...]:
@@ -219,7 +238,7 @@ def skipped_syscalls() -> tuple[str, ...]:
     return tuple(_skipped)
 
 
-def filter_fd() -> int:
+def filter_fd(inet: bool = False) -> int:
     """Return a fresh fd at offset 0 holding the filter; the caller closes it.
 
     Fresh per call because bwrap reads the fd to EOF, so a shared one would be
@@ -228,7 +247,7 @@ def filter_fd() -> int:
     nothing holding a copy can rewrite the program between now and bwrap
     reading it.
     """
-    data = build_filter()
+    data = build_filter(inet)
     fd = os.memfd_create("sandbox-seccomp", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         view = memoryview(data)

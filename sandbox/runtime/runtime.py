@@ -19,7 +19,7 @@ import threading
 import time
 import traceback
 
-from . import fitting, framecheck
+from . import egress_forwarder, fitting, framecheck
 from . import vocabulary as V
 from .capture import OutputBudget, PipeDrain
 from .commands import CommandRunner
@@ -344,6 +344,7 @@ def _main(argv: list[str], diag: int) -> None:
     # then installs no KeyboardInterrupt handler, so interrupts would be silently ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     channel = SocketChannel.from_fd(channel_fd)
+    egress_forwarder.start_from_environment()  # HTTP(S)_PROXY on loopback, when the sandbox has egress
     runtime = Runtime(channel, output_limit)
     runtime.commands = CommandRunner(runtime.send, base_env, output_limit)
     runtime.drains = {

@@ -55,7 +55,7 @@ class ApiHost:
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
-                seen.append({"method": self.command, "path": self.path, "headers": dict(self.headers.items()),
+                seen.append({"method": self.command, "path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
                              "body": body.decode("latin-1")})
                 out = json.dumps({"ok": True, "path": self.path}).encode()
                 self.send_response(200)

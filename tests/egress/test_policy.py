@@ -46,5 +46,10 @@ def test_bad_policies_are_a_422(egress):
 def test_pip_adds_the_index_hosts_on_443():
     policy = parse_policy({"pip": True}, pip_hosts=("pypi.org", "files.pythonhosted.org"))
     policy.check_name("files.pythonhosted.org", 443)
+    policy.check_address("pypi.org", ipaddress.ip_address("203.0.113.80"), 443)  # the operator's index, where it is
+    with pytest.raises(Refused):
+        policy.check_address("other.example", ipaddress.ip_address("203.0.113.80"), 443)
+    with pytest.raises(Refused):
+        parse_policy({"allow": ["pypi.org"]}).check_address("pypi.org", ipaddress.ip_address("203.0.113.80"), 443)
     with pytest.raises(Refused):
         parse_policy({"pip": False}, pip_hosts=("pypi.org",)).check_name("pypi.org", 443)

@@ -83,7 +83,7 @@ def api(tmp_path):
 def egress(tmp_path, api):
     under_test = ProxyUnderTest(tmp_path, api)
     yield under_test
-    under_test.run(under_test.proxy.close_all())
+    under_test.loop.call_soon_threadsafe(under_test.proxy.close_all)
     under_test.loop.call_soon_threadsafe(under_test.loop.stop)
 
 

@@ -123,6 +123,10 @@ probe("socket_inet6", lambda: sock(10))
 probe("socket_netlink", lambda: sock(16, socket.SOCK_RAW))
 probe("socket_packet", lambda: sock(17, socket.SOCK_RAW))
 probe("socket_unix_upper_bits", lambda: sc("socket", (1 << 32) | 1, 1, 0))
+probe("socket_inet_dgram", lambda: sock(2, socket.SOCK_DGRAM))
+probe("socket_inet_raw", lambda: sock(2, socket.SOCK_RAW))
+probe("socket_inet6_raw", lambda: sock(10, socket.SOCK_RAW | socket.SOCK_CLOEXEC))
+probe("socket_inet_packet_type", lambda: sock(2, 10))
 probe("socketpair_unix", lambda: [s.close() for s in socket.socketpair(1)] and 0)
 probe("socketpair_inet", lambda: sc("socketpair", 2, 1, 0, addr))
 
@@ -231,8 +235,8 @@ def _run(mode: str) -> dict:
     }
     tail = [PYTHON, "-I", "-S", "-c", PROBE, json.dumps(cfg)]
     fds: tuple[int, ...] = ()
-    if mode == "filtered":
-        fd = seccomp.filter_fd()
+    if mode in ("filtered", "egress"):
+        fd = seccomp.filter_fd(inet=mode == "egress")
         fds = (fd,)
         cmd += ["--seccomp", str(fd)]
     try:
@@ -254,6 +258,12 @@ def _run(mode: str) -> dict:
 @pytest.fixture(scope="module")
 def filtered() -> dict:
     return _run("filtered")
+
+
+@pytest.fixture(scope="module")
+def egress() -> dict:
+    """The variant for a sandbox with an egress policy."""
+    return _run("egress")
 
 
 @pytest.fixture(scope="module")
@@ -315,6 +325,23 @@ def test_denied_list_and_skips():
 )  # fmt: skip
 def test_non_unix_sockets_denied(filtered, control, probe):
     _check(filtered, control, probe, errno.EAFNOSUPPORT)
+
+
+@pytest.mark.parametrize("probe", ["socket_unix", "socketpair_unix", "socket_inet", "socket_inet6",
+                                   "socket_inet_dgram"])
+def test_egress_variant_adds_inet_stream_and_datagram(egress, control, probe):
+    assert control[probe] == 0
+    assert egress[probe] == 0
+
+
+@pytest.mark.parametrize("probe", ["socket_netlink", "socket_packet", "socketpair_inet"])
+def test_egress_variant_still_denies_other_families(egress, control, probe):
+    _check(egress, control, probe, errno.EAFNOSUPPORT)
+
+
+@pytest.mark.parametrize("probe", ["socket_inet_raw", "socket_inet6_raw", "socket_inet_packet_type"])
+def test_egress_variant_denies_raw_sockets(egress, control, probe):
+    _check(egress, control, probe, errno.EPERM)
 
 
 @pytest.mark.parametrize("probe", ["socket_unix", "socketpair_unix"])

@@ -1,0 +1,170 @@
+"""The server's side of egress: one proxy, one secret store and one CA per server, and what
+a sandbox with a policy gets at launch (a socket directory, a CA bundle, a package layer,
+environment variables). The spec that reaches the supervisor holds paths and placeholders,
+never a secret's value.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import urllib.parse
+
+from ..errors import ApiError
+from ..isolation.bwrap import EGRESS_CA_BUNDLE as CA_BUNDLE, EGRESS_PACKAGES as PACKAGES, EGRESS_SOCKET_DIR as SOCKET_DIR
+from .ca import CertificateAuthority
+from .policy import EgressPolicy, parse_policy
+from .proxy import EgressProxy, Resolver
+from .secrets import SecretStore
+
+log = logging.getLogger("sandbox.egress")
+
+SOCKET_NAME = "proxy.sock"
+FORWARDER_PORT = 3128
+DEFAULT_INDEX = "https://pypi.org/simple"
+
+
+@functools.cache
+def server_pip_index() -> str:
+    """The index the server's own pip uses (its configuration and environment), if it is an
+    https URL a sandbox could reach through the proxy; else PyPI's."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    index = os.environ.get("PIP_INDEX_URL", "")
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith(".index-url") and not index:
+            index = value.strip().strip("'\"")
+    return index if index.startswith("https://") else DEFAULT_INDEX
+
+
+def index_hosts(index_url: str) -> tuple[str, ...]:
+    host = urllib.parse.urlsplit(index_url).hostname or ""
+    # PyPI's index points at its file host for the downloads themselves.
+    return (host, "files.pythonhosted.org") if host == "pypi.org" else (host,)
+
+
+def own_addresses(config) -> set[tuple[str, int]]:
+    """The sandbox server's own TCP (address, port)s, refused even when a policy lists them;
+    a wildcard bind stands for every loopback spelling of that port."""
+    if config.tcp is None:
+        return set()
+    host, port = config.tcp
+    if host in ("", "0.0.0.0", "::"):
+        return {("127.0.0.1", port), ("::1", port), ("0.0.0.0", port), ("::", port)}
+    return {(host, port)}
+
+
+class EgressService:
+    def __init__(self, state_root: str, *, hosts: dict[str, str] | None = None, upstream_ca: str = "",
+                 own_addresses: set[tuple[str, int]] | None = None, pip_index: str = "") -> None:
+        self.root = os.path.join(state_root, "egress")
+        self.secrets = SecretStore()
+        self.hosts = dict(hosts or {})
+        self.upstream_ca = upstream_ca
+        self.own_addresses = own_addresses or set()
+        self._pip_index = pip_index
+        self._proxy: EgressProxy | None = None
+
+    @property
+    def pip_index(self) -> str:
+        return self._pip_index or server_pip_index()
+
+    @property
+    def proxy(self) -> EgressProxy:
+        """Made on first use: a server whose sandboxes never ask for egress makes no CA."""
+        if self._proxy is None:
+            os.makedirs(self.root, mode=0o700, exist_ok=True)
+            import ssl
+
+            upstream = ssl.create_default_context()
+            if self.upstream_ca:
+                upstream.load_verify_locations(self.upstream_ca)
+            self._proxy = EgressProxy(self.secrets, CertificateAuthority(os.path.join(self.root, "ca")),
+                                      os.path.join(self.root, "requests.log"), resolver=Resolver(self.hosts),
+                                      upstream_ssl=upstream, own_addresses=self.own_addresses)
+        return self._proxy
+
+    def parse(self, egress, owner: int | None = None) -> EgressPolicy:
+        pip = isinstance(egress, dict) and egress.get("pip") is True
+        policy = parse_policy(egress, pip_hosts=index_hosts(self.pip_index) if pip else ())
+        for name in policy.secrets:
+            self.secrets.get(name, owner)  # 404 for a secret this user did not register
+            if name in RESERVED_ENV or name.startswith(("SANDBOX_", "PIP_", "PYTHON", "LD_")):
+                raise ApiError(422, "invalid_request", f"egress: a secret named {name!r} would replace one of the "
+                               "sandbox's own environment variables; register it under another name")
+        return policy
+
+    async def prepare(self, sandbox_id: str, sandbox_dir: str, policy: EgressPolicy, uid: int | None,
+                      owner: int | None = None) -> dict:
+        """Open the sandbox's socket and return the ``egress`` part of its launch spec."""
+        placeholders = self.secrets.placeholders_for(policy.secrets, owner)
+        return await self._open(sandbox_id, sandbox_dir, policy, placeholders, uid, owner)
+
+    async def _open(self, sandbox_id, sandbox_dir, policy, placeholders, uid, owner) -> dict:
+        proxy = self.proxy
+        socket_dir = os.path.join(sandbox_dir, "egress")
+        os.makedirs(socket_dir, mode=0o755, exist_ok=True)
+        await proxy.open(sandbox_id, policy, placeholders, os.path.join(socket_dir, SOCKET_NAME),
+                         sandbox_uid=uid, owner=owner)
+        # A copy the sandbox's uid can read (bwrap binds it as that uid; the CA's directory is 0700).
+        bundle = os.path.join(socket_dir, "ca-bundle.pem")
+        shutil.copyfile(proxy.ca.bundle_path, bundle)
+        os.chmod(bundle, 0o444)
+        spec = {"socket_dir": socket_dir, "ca_bundle": bundle, "policy": policy.describe(),
+                "placeholders": placeholders, "packages": None, "owner": owner}
+        env = {
+            "SANDBOX_EGRESS_SOCKET": f"{SOCKET_DIR}/{SOCKET_NAME}",
+            "SANDBOX_EGRESS_PORT": str(FORWARDER_PORT),
+            "SSL_CERT_FILE": CA_BUNDLE, "REQUESTS_CA_BUNDLE": CA_BUNDLE, "CURL_CA_BUNDLE": CA_BUNDLE,
+            "PIP_CERT": CA_BUNDLE,
+        }
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            env[name] = f"http://127.0.0.1:{FORWARDER_PORT}"
+        if policy.pip:
+            packages = os.path.join(sandbox_dir, "packages")
+            os.makedirs(packages, mode=0o700, exist_ok=True)
+            if uid is not None:
+                os.chown(packages, uid, uid)
+            spec["packages"] = packages
+            env.update({"PIP_INDEX_URL": self.pip_index, "PIP_TARGET": PACKAGES, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                        "PIP_NO_INPUT": "1"})
+        env.update(placeholders)
+        spec["env"] = env
+        return spec
+
+    async def reopen(self, sandbox_id: str, sandbox_dir: str, spec: dict, uid: int | None) -> None:
+        """After a server restart: the sandbox keeps its policy and placeholders (a secret not
+        registered again since is simply not replaced)."""
+        egress = spec.get("egress")
+        if not egress:
+            return
+        source = dict(egress["policy"])
+        source.pop("pip_hosts", None)
+        policy = parse_policy(source, pip_hosts=index_hosts(self.pip_index) if source.get("pip") else ())
+        await self._open(sandbox_id, sandbox_dir, policy, egress.get("placeholders") or {}, uid, egress.get("owner"))
+
+    def close(self, sandbox_id: str) -> None:
+        if self._proxy is not None:
+            self._proxy.close(sandbox_id)
+
+    def describe(self, sandbox_id: str) -> dict | None:
+        """The policy in force and what the sandbox has used of its budgets (for GET and
+        %sandbox): the secrets by name and the variable that holds each placeholder."""
+        session = self._proxy.sessions.get(sandbox_id) if self._proxy is not None else None
+        if session is None:
+            return None
+        return {"policy": session.policy.describe(), "usage": session.usage(),
+                "proxy": f"http://127.0.0.1:{FORWARDER_PORT}", "secrets": sorted(session.placeholders)}
+
+
+RESERVED_ENV = frozenset({"HOME", "USER", "LANG", "LC_ALL", "PATH", "VIRTUAL_ENV", "IPYTHONDIR", "MPLCONFIGDIR",
+                          "MPLBACKEND", "TERM", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy",
+                          "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NO_PROXY", "no_proxy"})
