@@ -108,6 +108,15 @@ def normalize_host(host: str) -> str:
         raise ValueError(f"{host!r} is not a valid host name") from None
 
 
+def host_pattern(text: str) -> str | None:
+    """A host name or '*.domain' in its one spelling, or None if it is neither."""
+    try:
+        host = normalize_host(text)
+    except ValueError:
+        return None
+    return host if _HOST.fullmatch(host) else None
+
+
 def _bad(message: str) -> ApiError:
     return ApiError(422, "invalid_request", f"egress: {message}")
 
@@ -159,13 +168,10 @@ def parse_policy(value, *, pip_hosts: tuple[str, ...] = ()) -> EgressPolicy:
             continue
         except ValueError:
             pass
-        try:
-            host = normalize_host(host)
-        except ValueError as exc:
-            raise _bad(str(exc)) from None
-        if not _HOST.fullmatch(host):
+        pattern = host_pattern(host)
+        if pattern is None:
             raise _bad(f"{entry!r} is not a host name, '*.domain', 'host:port' or an address")
-        hosts.append(HostRule(host, ports))
+        hosts.append(HostRule(pattern, ports))
     pip = value.get("pip", False)
     if not isinstance(pip, bool):
         raise _bad("'pip' must be true or false")

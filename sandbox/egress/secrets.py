@@ -14,7 +14,7 @@ import secrets as _random
 from dataclasses import dataclass
 
 from ..errors import ApiError
-from .policy import HostRule, normalize_host
+from .policy import HostRule, host_pattern
 
 SECRET_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 PLACEHOLDER_PREFIX = "sbx-placeholder-"
@@ -53,10 +53,10 @@ class SecretStore:
             raise ApiError(422, "invalid_request", "'value' must not hold CR, LF or NUL (it goes into a header)")
         if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
             raise ApiError(422, "invalid_request", "'hosts' must be a non-empty list of host names")
-        try:
-            rules = tuple(HostRule(normalize_host(h), frozenset({80, 443})) for h in hosts)
-        except ValueError as exc:
-            raise ApiError(422, "invalid_request", str(exc)) from None
+        patterns = [host_pattern(h) for h in hosts]
+        if None in patterns:
+            raise ApiError(422, "invalid_request", f"'hosts': {hosts[patterns.index(None)]!r} is not a host name or '*.domain'")
+        rules = tuple(HostRule(p, frozenset({80, 443})) for p in patterns)
         secret = Secret(name, value, rules)
         self._secrets[(owner, name)] = secret
         return secret
