@@ -7,7 +7,7 @@ user cannot see from inside: where their code runs, under which limits, and for 
     %push LOCAL [DEST]     upload local files (globs, directories) into /workspace
     %pull [--force] REMOTE [LOCAL]
                            download files (globs) from /workspace
-    %sandbox               the sandbox's id, state, TTL, limits and isolation
+    %sandbox               the sandbox's id, state, TTL, limits, isolation and egress policy
     %ttl                   time left; `%ttl renew [SECONDS]` pushes expiry back
 
 Magic lines come first in a cell, any number of them, followed by code. Any other `%` or
@@ -44,7 +44,7 @@ HELP = {
     "push": "%push LOCAL [DEST]: upload files (globs like data/*.csv, folders) from the notebook's folder into /workspace",
     "pull": "%pull [--force] REMOTE [LOCAL]: download files (globs like out/*.png) from /workspace into the "
     "notebook's folder; --force replaces existing files",
-    "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits and isolation",
+    "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits, isolation and egress policy",
     "ttl": "%ttl: show the time left; %ttl renew: restart the countdown at the current TTL; "
            "%ttl extend SECONDS: expire that far from now, once (the TTL each cell renews to is unchanged); "
            "%ttl set SECONDS: change the TTL each cell renews to",
@@ -412,6 +412,25 @@ def describe_isolation(iso: dict[str, t.Any]) -> list[str]:
     return lines
 
 
+def describe_egress(egress: dict[str, t.Any] | None) -> list[str]:
+    """The egress policy in force, as the server reports it: what the sandbox may reach,
+    which secrets it holds as placeholders, and what it has used of its budgets."""
+    if not egress:
+        return ["none: no network at all"]
+    policy, usage = egress.get("policy") or {}, egress.get("usage") or {}
+    reach = list(policy.get("allow") or [])
+    if policy.get("pip"):
+        reach.append("the package index (" + ", ".join(policy.get("pip_hosts") or []) + ")")
+    lines = [f"only {', '.join(reach) or 'nothing'}, through {egress.get('proxy', 'the proxy')} (HTTP(S)_PROXY)"]
+    if egress.get("secrets"):
+        names = ", ".join(f"${name}" for name in egress["secrets"])
+        lines.append(f"secrets as placeholders: {names} (the value only reaches their bound hosts)")
+    lines.append(f"used {usage.get('requests', 0)} of {policy.get('max_requests', '?')} requests, "
+                 f"{format_bytes(int(usage.get('bytes', 0)))} of {format_bytes(int(policy.get('max_bytes', 0)))}; "
+                 f"{usage.get('refused', 0)} refused")
+    return lines
+
+
 def describe(
     info: t.Any, server_url: str, pushed: t.Sequence[str], outputs: str = "", airlock: str = ""
 ) -> str:
@@ -441,6 +460,7 @@ def describe(
         ("limits", ", ".join(limits) or "server defaults"),
         ("isolation", iso_lines[0] if iso_lines else "not reported"),
         *[("", line) for line in iso_lines[1:]],
+        *[("egress" if i == 0 else "", line) for i, line in enumerate(describe_egress((info.raw or {}).get("egress")))],
         ("cells run", str(info.execution_count)),
         ("pushed", ", ".join(pushed) if pushed else "nothing yet"),
         *([("airlock", airlock)] if airlock else []),

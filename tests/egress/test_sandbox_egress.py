@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 import support
+from kernel.magics import describe_egress
 
 from .apihost import ApiHost
 
@@ -98,6 +99,9 @@ def test_allowed_host_succeeds_and_the_policy_is_shown(client, secret_sandbox, a
     described = client.get(f"/v1/sandboxes/{secret_sandbox}").json()["egress"]
     assert "api.test" in described["policy"]["allow"][0] and described["secrets"] == ["API_KEY"]
     assert described["usage"]["requests"] >= 1
+    shown = "\n".join(describe_egress(described))  # what %sandbox prints
+    assert "only api.test:" in shown and "$API_KEY" in shown and "http://127.0.0.1:3128" in shown
+    assert describe_egress(None) == ["none: no network at all"]
 
 
 def test_refusals_are_clear(client, secret_sandbox, api_host, server):
