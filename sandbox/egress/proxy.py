@@ -12,6 +12,13 @@ standard library's; this module only decides. What it accepts from a sandbox:
 * a plain ``GET http://host/...`` (absolute form), checked the same way, its Host header
   matching the target.
 
+Why not mitmproxy or proxy.py, both made for intercepting proxies: mitmproxy 11.0.2, the last
+release for Python 3.11 (12.x needs 3.12), pins h11<=0.14 and tornado<=6.4.2, which breaks
+httpcore (h11>=0.16) and Jupyter here; proxy.py runs its plugins in acceptor processes of its
+own, so the per-sandbox policies, budgets and secrets would have to leave this process (or be
+written to disk) to reach them. Deciding per request is a small job; parsing HTTP and TLS is
+not, and stays with h11 and ssl.
+
 Anything else (an origin-form request, an ``Upgrade`` to WebSocket or h2c, HTTP/2's preface,
 a Host header naming another host) is refused with a 4xx whose reason says why. One request
 per connection: every answer says ``Connection: close``. Each request is logged as a JSON line
