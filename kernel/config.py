@@ -9,11 +9,12 @@ a hidden file's settings.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import typing as t
 
-from traitlets import Bool, Float, Integer, Unicode, default
+from traitlets import Bool, Dict, Float, Integer, Unicode, default
 from traitlets.config import Configurable
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,14 @@ class SandboxSettings(Configurable):
     disk_mb = Integer(None, allow_none=True, help="/workspace size limit in MB (env SANDBOX_KERNEL_DISK_MB).").tag(
         config=True
     )
+
+    egress = Dict(
+        None,
+        allow_none=True,
+        help="Network for the sandbox through the server's egress proxy, e.g. "
+        '{"allow": ["api.example.org"], "secrets": ["API_KEY"], "pip": true} (env SANDBOX_KERNEL_EGRESS, '
+        "JSON); unset: no network at all.",
+    ).tag(config=True)
 
     execute_timeout = Float(
         None,
@@ -182,6 +191,11 @@ class SandboxSettings(Configurable):
     def _disk_default(self) -> int | None:
         return env_value("SANDBOX_KERNEL_DISK_MB", int)
 
+    @default("egress")
+    def _egress_default(self) -> dict | None:
+        value = env_value("SANDBOX_KERNEL_EGRESS", json.loads)
+        return value if isinstance(value, dict) else None
+
     @default("execute_timeout")
     def _timeout_default(self) -> float | None:
         return env_value("SANDBOX_KERNEL_TIMEOUT", float)
@@ -210,4 +224,5 @@ class SandboxSettings(Configurable):
             "cpus": self.cpus,
             "pids": self.pids,
             "disk_mb": self.disk_mb,
+            "egress": self.egress,
         }

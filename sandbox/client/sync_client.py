@@ -307,11 +307,14 @@ class Sandbox:
         config: ServerConfig | None = None,
         state_dir: str | os.PathLike | None = None,
         end_with_caller: bool | None = None,
+        egress: dict[str, t.Any] | None = None,
     ) -> Sandbox:
         """Claim a new sandbox; unset limits take the server's defaults.
 
         `end_with_caller`: the server ends the sandbox as soon as this process exits (the
         kernel's link; over a unix socket only, where the server knows the caller's pid).
+        `egress`: the hosts it may reach through the server's egress proxy, e.g.
+        ``{"allow": ["api.example.org"], "secrets": ["API_KEY"], "pip": True}`` (default: none).
         """
         config = config or resolve(url, token, state_dir)
         tout = as_timeout(timeout)
@@ -330,6 +333,7 @@ class Sandbox:
                     disk_mb=disk_mb,
                     metadata=metadata,
                     end_with_caller=end_with_caller,
+                    egress=egress,
                 ),
                 timeout=create_timeout(tout),
             )

@@ -4,6 +4,7 @@ the headers of every request they get."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import http.server
 import json
@@ -14,7 +15,10 @@ import threading
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+import pytest
 from cryptography.x509.oid import NameOID
+
+import support
 
 NAMES = ("api.test", "other.test")
 
@@ -83,3 +87,29 @@ class ApiHost:
         for server in (self.https, self.http):
             server.shutdown()
             server.server_close()
+
+    def __enter__(self) -> "ApiHost":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def egress_server(image_source: pathlib.Path, api: ApiHost, hosts: dict[str, str]):
+    """A server of the test's own whose egress proxy maps ``hosts`` (test names to loopback)
+    and trusts the test host's CA."""
+    own = support.own_server(image_source, "--set", f"egress_hosts={hosts!r}",
+                             "--set", f"egress_ca_file={api.ca_path}")
+    own.open()
+    try:
+        yield own
+    finally:
+        own.close()
+
+
+@pytest.fixture(scope="module")
+def api_host(tmp_path_factory):
+    """The module's API host (import this fixture into a test module to use it)."""
+    with ApiHost(tmp_path_factory.mktemp("api-host")) as host:
+        yield host

@@ -16,7 +16,7 @@ import pytest
 import support
 from kernel.magics import describe_egress
 
-from .apihost import ApiHost
+from .apihost import api_host, egress_server  # noqa: F401 (api_host: a fixture)
 
 SECRET_VALUE = "sk-live-9f8e7d6c5b4a-the-real-key-never-in-a-sandbox"
 
@@ -39,21 +39,11 @@ FETCH = textwrap.dedent('''
 
 
 @pytest.fixture(scope="module")
-def api_host(tmp_path_factory):
-    host = ApiHost(tmp_path_factory.mktemp("api-host"))
-    yield host
-    host.close()
-
-
-@pytest.fixture(scope="module")
 def server(image_source, api_host):
     hosts = {"api.test": "127.0.0.1", "other.test": "127.0.0.1", "self.test": "127.0.0.1",
              "intranet.test": "10.20.30.40"}
-    own = support.own_server(image_source, "--set", f"egress_hosts={hosts!r}",
-                             "--set", f"egress_ca_file={api_host.ca_path}")
-    own.open()
-    yield own
-    own.close()
+    with egress_server(image_source, api_host, hosts) as own:
+        yield own
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import textwrap
 import pytest
 
 import support
-from egress.apihost import ApiHost
+from egress.apihost import api_host, egress_server  # noqa: F401 (api_host: a fixture)
 
 SECRET_VALUE = "sk-redteam-value-0f1e2d3c"
 
@@ -58,20 +58,10 @@ RAW = textwrap.dedent('''
 
 
 @pytest.fixture(scope="module")
-def api_host(tmp_path_factory):
-    host = ApiHost(tmp_path_factory.mktemp("redteam-api-host"))
-    yield host
-    host.close()
-
-
-@pytest.fixture(scope="module")
 def server(image_source, api_host):
     hosts = {"api.test": "127.0.0.1", "other.test": "127.0.0.1"}
-    own = support.own_server(image_source, "--set", f"egress_hosts={hosts!r}",
-                             "--set", f"egress_ca_file={api_host.ca_path}")
-    own.open()
-    yield own
-    own.close()
+    with egress_server(image_source, api_host, hosts) as own:
+        yield own
 
 
 @pytest.fixture(scope="module")
