@@ -28,14 +28,11 @@ import secrets
 import stat
 import typing as t
 
+from .failure import CellFailure
 
-class AirlockError(Exception):
+
+class AirlockError(CellFailure):
     """A local path the airlock refuses; shown in the notebook as `ename: evalue`."""
-
-    def __init__(self, ename: str, evalue: str) -> None:
-        super().__init__(evalue)
-        self.ename = ename
-        self.evalue = evalue
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -8,7 +8,6 @@ from a gone sandbox or an absent server); sandbox events become IOPub messages
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import platform
@@ -21,8 +20,9 @@ from traitlets import Float
 
 from . import __version__
 from .config import SandboxSettings
-from .lifecycle import Cell, KernelFailure, SandboxLifecycle
-from .magics import MagicError, magic_name_matches, push_path_completions
+from .failure import CellFailure
+from .lifecycle import SandboxLifecycle
+from .magics import magic_name_matches, push_path_completions
 from .outputs import error_content, error_reply
 
 
@@ -90,7 +90,7 @@ class SandboxKernel(SandboxSettings, Kernel):
 
     def __init__(self, **kwargs: t.Any) -> None:
         super().__init__(**kwargs)
-        self.sandbox = SandboxLifecycle(self, self.log)
+        self.lifecycle = SandboxLifecycle(self, self.log)
         self._history: list[tuple[int, int, str, str | None]] = []
         self._history_session = 1
         self._history_line = itertools.count(1)
@@ -103,7 +103,7 @@ class SandboxKernel(SandboxSettings, Kernel):
         sandbox's own count is authoritative, so the setter ignores the increment, as
         IPythonKernel does with its shell's count.
         """
-        return self.sandbox.last_count + 1
+        return self.lifecycle.last_count + 1
 
     @execution_count.setter
     def execution_count(self, value: int) -> None:
@@ -113,7 +113,7 @@ class SandboxKernel(SandboxSettings, Kernel):
         super().start()
         # Claim the sandbox while the user is still typing the first cell; kernel start
         # itself stays fast for jupyter_client's timeouts.
-        self.sandbox.start(self.io_loop.asyncio_loop)
+        self.lifecycle.start(self.io_loop.asyncio_loop)
         try:
             signal.signal(signal.SIGTERM, self._on_sigterm)
         except ValueError:  # not the main thread: no handler, the TTL cleans up
@@ -122,7 +122,7 @@ class SandboxKernel(SandboxSettings, Kernel):
     def _on_sigterm(self, signum: int, frame: t.Any) -> None:
         """jupyter_client falls back to SIGTERM when shutdown_request goes unanswered:
         still delete the sandbox rather than leave it running until its TTL."""
-        self.sandbox.delete_now()
+        self.lifecycle.delete_now()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -141,19 +141,11 @@ class SandboxKernel(SandboxSettings, Kernel):
     ) -> dict[str, t.Any]:
         out = _Out(self, silent)
         count = self.execution_count
-        loop = asyncio.get_running_loop()
-        # The cell runs as a task of its own so that an interrupt arriving while no code
-        # runs in the sandbox yet (server starting, file uploading) can cancel just it.
-        task = loop.create_task(self.sandbox.run_cell(code, silent, store_history, out))
-        self.sandbox.cell = Cell(task, loop)
-        try:
-            await asyncio.wait({task})
-        finally:
-            self.sandbox.cell = None
+        task = await self.lifecycle.run_cell(code, silent, store_history, out)
         if task.cancelled():
             reply = self._fail(out, count, "KeyboardInterrupt", "")
-        elif isinstance(task.exception(), (KernelFailure, MagicError)):
-            failure = t.cast(KernelFailure, task.exception())
+        elif isinstance(task.exception(), CellFailure):
+            failure = t.cast(CellFailure, task.exception())
             reply = self._fail(out, count, failure.ename, failure.evalue)
         elif task.exception() is not None:
             exc = task.exception()
@@ -184,24 +176,24 @@ class SandboxKernel(SandboxSettings, Kernel):
         thread.
         """
         try:
-            await self.sandbox.interrupt()
+            await self.lifecycle.interrupt()
         except Exception as exc:  # the reply must go out whatever happened
             self.log.warning("interrupt failed: %s", exc)
         self.session.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
 
     async def do_shutdown(self, restart: bool) -> dict[str, t.Any]:
         """Delete the sandbox. A restart is a new kernel process, which makes a new one."""
-        await self.sandbox.shutdown()
+        await self.lifecycle.shutdown()
         return {"status": "ok", "restart": restart}
 
     # ------------------------------------------------------------------ introspection
 
     async def do_complete(self, code: str, cursor_pos: int | None) -> dict[str, t.Any]:
         pos = len(code) if cursor_pos is None else cursor_pos
-        local = push_path_completions(code, pos, self.sandbox.airlock_root)
+        local = push_path_completions(code, pos, self.lifecycle.airlock_root)
         if local is not None:
             return local
-        reply = await self.sandbox.ask(lambda s: s.complete(code, pos))
+        reply = await self.lifecycle.ask(lambda s: s.complete(code, pos))
         reply = dict(reply or {"matches": [], "cursor_start": pos, "cursor_end": pos})
         ours = magic_name_matches(code, pos)
         if ours:
@@ -217,7 +209,7 @@ class SandboxKernel(SandboxSettings, Kernel):
     async def do_inspect(
         self, code: str, cursor_pos: int, detail_level: int = 0, omit_sections: t.Any = ()
     ) -> dict[str, t.Any]:
-        reply = await self.sandbox.ask(lambda s: s.inspect(code, cursor_pos, detail_level))
+        reply = await self.lifecycle.ask(lambda s: s.inspect(code, cursor_pos, detail_level))
         if not reply:
             return {"status": "ok", "found": False, "data": {}, "metadata": {}}
         # Help text comes from the sandbox too: only its plain text reaches the page
@@ -232,7 +224,7 @@ class SandboxKernel(SandboxSettings, Kernel):
         }
 
     async def do_is_complete(self, code: str) -> dict[str, t.Any]:
-        reply = await self.sandbox.ask(lambda s: s.is_complete(code))
+        reply = await self.lifecycle.ask(lambda s: s.is_complete(code))
         if reply and reply.get("status") in ("complete", "incomplete", "invalid", "unknown"):
             result = {"status": reply["status"]}
             if reply["status"] == "incomplete":

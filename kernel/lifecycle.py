@@ -44,6 +44,7 @@ from sandbox.client import (
 )
 
 from .config import SandboxSettings
+from .failure import CellFailure
 from .magics import run_magic, split_cell
 from .host import HostNamespace, host_cells_enabled, is_host_cell
 from .outputs import CellMapper, died_reason, error_reply, gone_notice, ok_reply
@@ -76,15 +77,6 @@ class _OutWriter:
             self.pending = ""
 
 
-class KernelFailure(Exception):
-    """The cell cannot run for a reason outside the user's code; shown as `ename: evalue`."""
-
-    def __init__(self, ename: str, evalue: str) -> None:
-        super().__init__(evalue)
-        self.ename = ename
-        self.evalue = evalue
-
-
 class Output(t.Protocol):
     """Where one cell's output goes (the kernel publishes it on IOPub)."""
 
@@ -99,7 +91,7 @@ class Output(t.Protocol):
 
 
 @dataclass
-class Cell:
+class _Cell:
     """The running cell, as the control thread needs to see it to interrupt it."""
 
     task: asyncio.Task
@@ -147,7 +139,7 @@ class SandboxLifecycle:
         self.pushed: list[str] = []
         self.host_cells = HostNamespace()
         self.last_count = 0
-        self.cell: Cell | None = None
+        self._cell: _Cell | None = None
         self.shutting_down = False
         self._sandbox: AsyncSandbox | None = None
         self._creating: asyncio.Task | None = None
@@ -244,7 +236,7 @@ class SandboxLifecycle:
             # The shutdown went ahead without this sandbox: do not leave it behind.
             await sbx.delete()
             await sbx.close()
-            raise KernelFailure("KernelShutdown", "the kernel is shutting down")
+            raise CellFailure("KernelShutdown", "the kernel is shutting down")
         self.log.info("sandbox %s (%s)", sbx.id, "warm pool" if sbx.info.from_pool else "cold start")
         return sbx
 
@@ -290,11 +282,11 @@ class SandboxLifecycle:
             try:
                 sbx = await self._await_creation(task, out)
             except ServerStartError as exc:
-                raise KernelFailure("ServerUnavailable", str(exc)) from None
+                raise CellFailure("ServerUnavailable", str(exc)) from None
             except Unauthorized as exc:
-                raise KernelFailure("Unauthorized", exc.message) from None
+                raise CellFailure("Unauthorized", exc.message) from None
             except InvalidRequest as exc:
-                raise KernelFailure(
+                raise CellFailure(
                     "InvalidRequest", f"the sandbox server refused to create a sandbox: {exc.message}"
                 ) from None
             finally:
@@ -314,7 +306,7 @@ class SandboxLifecycle:
             task = self._creating
             try:
                 sbx = await asyncio.wait_for(asyncio.shield(task), timeout=30.0)
-            except (asyncio.TimeoutError, SandboxError, KernelFailure, ServerStartError, OSError):
+            except (asyncio.TimeoutError, SandboxError, CellFailure, ServerStartError, OSError):
                 return None
             finally:
                 if task.done() and self._creating is task:
@@ -361,7 +353,23 @@ class SandboxLifecycle:
 
     # ------------------------------------------------------------------ cells
 
-    async def run_cell(self, code: str, silent: bool, store_history: bool, out: Output) -> dict[str, t.Any]:
+    async def run_cell(self, code: str, silent: bool, store_history: bool, out: Output) -> asyncio.Task:
+        """Run one cell to its end; the finished task, whose result is the execute reply.
+
+        The cell runs as a task of its own so that an interrupt arriving while no code runs
+        in the sandbox yet (server starting, file uploading) can cancel just it; `_cell`,
+        which the control thread reads to interrupt, is this object's alone.
+        """
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._run_cell(code, silent, store_history, out))
+        self._cell = _Cell(task, loop)
+        try:
+            await asyncio.wait({task})
+        finally:
+            self._cell = None
+        return task
+
+    async def _run_cell(self, code: str, silent: bool, store_history: bool, out: Output) -> dict[str, t.Any]:
         """Run the kernel's magics, then the code in the sandbox; the execute reply."""
         if is_host_cell(code):
             return await self._run_host_cell(code, out)
@@ -384,25 +392,25 @@ class SandboxLifecycle:
             except (SandboxGone, SandboxNotFound) as exc:
                 # Nothing of the cell ran in a gone sandbox: run it whole in a new one.
                 if replaced:
-                    raise KernelFailure("SandboxGone", exc.message) from None
+                    raise CellFailure("SandboxGone", exc.message) from None
                 replaced = True
                 self.mark_gone(exc.message)
             except ServerUnavailable as exc:
                 if exc.sent and exc.status != 503:
                     # The request may have reached the server: sending it again could
                     # run the cell twice.
-                    raise KernelFailure("ServerUnavailable", exc.message) from None
+                    raise CellFailure("ServerUnavailable", exc.message) from None
                 if deadline is None:
                     deadline = time.monotonic() + self.settings.reconnect_timeout
                     out.stream("stderr", "sandbox server unreachable, retrying…\n")
                 await self._wait_for_server(exc, deadline)
             except SandboxError as exc:
-                raise KernelFailure(type(exc).__name__, exc.message) from None
+                raise CellFailure(type(exc).__name__, exc.message) from None
 
     async def _run_host_cell(self, code: str, out: Output) -> dict[str, t.Any]:
         """A ``%%host`` cell: run here, in the kernel's process (see kernel/host.py)."""
         if not host_cells_enabled():
-            raise KernelFailure("HostCellsDisabled", "%%host cells are switched off for this kernel "
+            raise CellFailure("HostCellsDisabled", "%%host cells are switched off for this kernel "
                                 "(SANDBOX_KERNEL_HOST_CELLS=0); every cell runs in the sandbox")
         count = self.last_count + 1
         stdout, stderr = _OutWriter(out, "stdout"), _OutWriter(out, "stderr")
@@ -419,13 +427,13 @@ class SandboxLifecycle:
 
     async def _wait_for_server(self, exc: ServerUnavailable, deadline: float) -> None:
         if time.monotonic() >= deadline:
-            raise KernelFailure("ServerUnavailable", exc.message)
+            raise CellFailure("ServerUnavailable", exc.message)
         if self.embedded:
             # Our own server went away: start it again (the sandboxes outlive it).
             try:
                 await self._start_server_if_ours()
             except ServerStartError as err:
-                raise KernelFailure("ServerUnavailable", str(err)) from None
+                raise CellFailure("ServerUnavailable", str(err)) from None
         else:
             await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
@@ -438,7 +446,7 @@ class SandboxLifecycle:
             for msg_type, content in mapper.feed(event):
                 out.send(msg_type, content)
 
-        cell = self.cell
+        cell = self._cell
         if cell is not None:
             cell.remote = True
         try:
@@ -467,7 +475,7 @@ class SandboxLifecycle:
     async def interrupt(self) -> None:
         """Interrupt the running cell: in the sandbox if the code runs there, else the
         kernel's own part of it (waiting for the server, uploading a file)."""
-        cell = self.cell
+        cell = self._cell
         if cell is None:
             return
         sid, config = self.sandbox_id, self.server_config
@@ -477,7 +485,7 @@ class SandboxLifecycle:
                 deadline = time.monotonic() + 3.0
                 # The execute request may not have reached the sandbox's runtime yet
                 # ("nothing running"): try again briefly rather than lose the interrupt.
-                while cell is self.cell and cell.remote:
+                while cell is self._cell and cell.remote:
                     try:
                         if await sbx.interrupt():
                             return

@@ -32,6 +32,7 @@ from sandbox.client import AsyncSandbox, InvalidRequest, SandboxError, SandboxGo
 
 from . import airlock
 from .airlock import AirlockError
+from .failure import CellFailure
 from .outputs import format_bytes, format_duration
 
 MAGICS = ("push", "pull", "sandbox", "ttl")
@@ -49,15 +50,6 @@ HELP = {
            "%ttl extend SECONDS: expire that far from now, once (the TTL each cell renews to is unchanged); "
            "%ttl set SECONDS: change the TTL each cell renews to",
 }
-
-
-class MagicError(Exception):
-    """A magic failed in a way the user can fix; shown as `ename: evalue`, no traceback."""
-
-    def __init__(self, ename: str, evalue: str) -> None:
-        super().__init__(evalue)
-        self.ename = ename
-        self.evalue = evalue
 
 
 @dataclass(frozen=True)
@@ -107,7 +99,7 @@ def split_cell(code: str) -> tuple[list[MagicCall], str]:
         try:
             args = shlex.split(rest)
         except ValueError as exc:
-            raise MagicError("UsageError", f"%{name}: {exc}") from None
+            raise CellFailure("UsageError", f"%{name}: {exc}") from None
         calls.append(MagicCall(name, args, line))
         consumed = index + 1
     if not calls:
@@ -219,11 +211,11 @@ def push_plan(
     else:
         kind = airlock.kind(root, parts, "%push")
         if kind in ("symlink", "other"):
-            raise MagicError("PermissionError", f"%push: {rel!r} is a symlink or not a regular file; links are never followed")
+            raise CellFailure("PermissionError", f"%push: {rel!r} is a symlink or not a regular file; links are never followed")
         matches = [parts] if kind is not None else []
     if not matches:
         why = f" (skipped: {', '.join(skipped)})" if skipped else ""
-        raise MagicError("FileNotFoundError", f"%push: nothing matches {pattern!r} in {root}{why}")
+        raise CellFailure("FileNotFoundError", f"%push: nothing matches {pattern!r} in {root}{why}")
 
     dest_clean = _clean_remote(dest) if dest is not None else None
     single_file = len(matches) == 1 and airlock.kind(root, matches[0], "%push") == "file"
@@ -243,7 +235,7 @@ def push_plan(
         else:
             plan.append((mparts, _remote_join(base)))
     if not plan:
-        raise MagicError("FileNotFoundError", f"%push: {pattern!r} matches no regular file")
+        raise CellFailure("FileNotFoundError", f"%push: {pattern!r} matches no regular file")
     return plan, skipped
 
 
@@ -268,7 +260,7 @@ def local_target(remote: str, local: str | None, root: pathlib.Path, many: bool)
     is refused; the local part obeys the airlock's rules (see `airlock`)."""
     pure = pathlib.PurePosixPath(remote)
     if pure.is_absolute() or ".." in pure.parts or not pure.parts:
-        raise MagicError("ValueError", f"%pull: refusing the sandbox's path {remote!r}")
+        raise CellFailure("ValueError", f"%pull: refusing the sandbox's path {remote!r}")
     if local is None:
         return list(pure.parts)
     base = airlock.check_local(local, root, "%pull")
@@ -281,28 +273,26 @@ def local_target(remote: str, local: str | None, root: pathlib.Path, many: bool)
 
 
 async def run_magic(call: MagicCall, host: MagicHost) -> None:
-    """Run one magic; MagicError for what the user can fix, SandboxGone and
+    """Run one magic; CellFailure for what the user can fix, SandboxGone and
     ServerUnavailable left to the kernel, which knows how to recover from them."""
     handler = {"push": _push, "pull": _pull, "sandbox": _sandbox, "ttl": _ttl}[call.name]
     try:
         await handler(call.args, host)
-    except (SandboxGone, SandboxNotFound, ServerUnavailable, MagicError):
+    except (SandboxGone, SandboxNotFound, ServerUnavailable, CellFailure):
         raise
-    except AirlockError as exc:
-        raise MagicError(exc.ename, exc.evalue) from None
     except InvalidRequest as exc:
-        raise MagicError("InvalidRequest", f"%{call.name}: {exc.message}") from None
+        raise CellFailure("InvalidRequest", f"%{call.name}: {exc.message}") from None
     except SandboxError as exc:
-        raise MagicError(type(exc).__name__, f"%{call.name}: {exc.message}") from None
+        raise CellFailure(type(exc).__name__, f"%{call.name}: {exc.message}") from None
     except OSError as exc:
-        raise MagicError(
+        raise CellFailure(
             type(exc).__name__, f"%{call.name}: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
         ) from None
 
 
 async def _push(args: list[str], host: MagicHost) -> None:
     if not 1 <= len(args) <= 2:
-        raise MagicError("UsageError", HELP["push"])
+        raise CellFailure("UsageError", HELP["push"])
     root = host.airlock_root
     plan, skipped = push_plan(args[0], args[1] if len(args) == 2 else None, root)
     for name in skipped:
@@ -328,7 +318,7 @@ async def _pull(args: list[str], host: MagicHost) -> None:
     force = "--force" in args
     args = [a for a in args if a != "--force"]
     if not 1 <= len(args) <= 2:
-        raise MagicError("UsageError", HELP["pull"])
+        raise CellFailure("UsageError", HELP["pull"])
     remote = _clean_remote(args[0])
     local = args[1] if len(args) == 2 else None
     root = host.airlock_root
@@ -344,7 +334,7 @@ async def _pull(args: list[str], host: MagicHost) -> None:
             host.stdout(f"%pull: the workspace listing stopped at {listing.limit} entries; "
                         "files past that are not matched\n")
         if not names:
-            raise MagicError("FileNotFoundError", f"%pull: nothing in /workspace matches {args[0]!r}")
+            raise CellFailure("FileNotFoundError", f"%pull: nothing in /workspace matches {args[0]!r}")
         many = True
     else:
         names = [remote]
@@ -359,7 +349,7 @@ async def _pull(args: list[str], host: MagicHost) -> None:
             # 404 is also the answer for an unknown sandbox: if that is what it meant,
             # refresh raises it again and the kernel replaces the sandbox.
             await sbx.refresh()
-            raise MagicError("FileNotFoundError", f"%pull: /workspace/{name}: {exc.message}") from None
+            raise CellFailure("FileNotFoundError", f"%pull: /workspace/{name}: {exc.message}") from None
         total += size
         host.stdout(f"pulled /workspace/{name} → {'/'.join(target)} ({format_bytes(size)})\n")
     if len(names) > 1:
@@ -473,7 +463,7 @@ def describe(
 
 async def _sandbox(args: list[str], host: MagicHost) -> None:
     if args:
-        raise MagicError("UsageError", HELP["sandbox"])
+        raise CellFailure("UsageError", HELP["sandbox"])
     sbx = await host.sandbox()
     info = await sbx.refresh()
     if host.airlock_root == host.cwd:
@@ -491,13 +481,13 @@ async def _ttl(args: list[str], host: MagicHost) -> None:
         return
     verb = args[0]
     if verb not in ("renew", "extend", "set") or len(args) > 2 or (verb != "renew" and len(args) != 2):
-        raise MagicError("UsageError", HELP["ttl"])
+        raise CellFailure("UsageError", HELP["ttl"])
     seconds: int | None = None
     if len(args) == 2:
         try:
             seconds = int(args[1])
         except ValueError:
-            raise MagicError("UsageError", f"%ttl {verb}: {args[1]!r} is not a number of seconds") from None
+            raise CellFailure("UsageError", f"%ttl {verb}: {args[1]!r} is not a number of seconds") from None
     if verb == "extend":
         info = await sbx.renew(extend_seconds=seconds)
         host.stdout(f"extended once to {format_duration(seconds)} from now (each cell still renews to "

@@ -12,9 +12,10 @@ import pytest
 
 from kernel import airlock
 from kernel.airlock import AirlockError
-from kernel.magics import MagicError, local_target, push_plan
+from kernel.failure import CellFailure
+from kernel.magics import local_target, push_plan
 
-REFUSED = (MagicError, AirlockError)  # run_magic shows both the same way
+REFUSED = CellFailure  # an AirlockError is one; run_magic shows every one the same way
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_push_does_not_follow_a_symlink_out_of_the_folder(root):
 
 def test_push_reads_only_regular_files(root):
     os.mkfifo(root / "fifo")
-    with pytest.raises(MagicError) as info:
+    with pytest.raises(CellFailure) as info:
         push_plan("fifo", None, root)
     assert "not a regular file" in info.value.evalue
 

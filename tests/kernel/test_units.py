@@ -10,8 +10,8 @@ import pytest
 
 from kernel.install import install_kernelspec, kernel_spec
 from kernel.kernel import history_query, local_is_complete
+from kernel.failure import CellFailure
 from kernel.magics import (
-    MagicError,
     _segments_match,
     local_target,
     magic_name_matches,
@@ -114,7 +114,7 @@ def test_split_cell_magic_only():
 
 
 def test_split_cell_reports_bad_quoting():
-    with pytest.raises(MagicError):
+    with pytest.raises(CellFailure):
         split_cell("%push 'unclosed")
 
 
@@ -135,14 +135,14 @@ def test_push_plan_keeps_relative_shape(tmp_path: pathlib.Path):
 
 
 def test_push_plan_nothing_matches(tmp_path: pathlib.Path):
-    with pytest.raises(MagicError) as info:
+    with pytest.raises(CellFailure) as info:
         push_plan("*.parquet", None, tmp_path)
     assert info.value.ename == "FileNotFoundError"
 
 
 def test_pull_refuses_sandbox_paths_that_escape(tmp_path: pathlib.Path):
     for bad in ("../etc/passwd", "/etc/passwd", "a/../../b"):
-        with pytest.raises(MagicError):
+        with pytest.raises(CellFailure):
             local_target(bad, None, tmp_path, many=False)
     assert local_target("out/r.txt", None, tmp_path, many=False) == ["out", "r.txt"]
     assert local_target("out/r.txt", "copies/", tmp_path, many=False) == ["copies", "r.txt"]
