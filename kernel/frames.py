@@ -29,6 +29,12 @@ What this module builds, as the `text/html` JupyterLab receives:
 - The text inside `<iframe>…</iframe>` is never shown by a browser that renders the frame.
   When JupyterLab shows a saved notebook as untrusted it sanitizes the HTML, which drops
   the frame (and our script) and keeps that text: the user reads a note instead of a blank.
+- For HTML and Markdown (a DataFrame's table, a report) a *static copy* follows the frame:
+  the source cleaned by nh3 (an allow-list HTML sanitizer: no scripts, no event handlers,
+  no styles, no links, no images, so nothing in it runs or fetches). It is what an
+  untrusted view of a saved notebook shows, instead of the note. When the frame itself is
+  shown, our listener script (which runs only then) hides the copy, so it is never seen
+  twice. A copy larger than `MAX_STATIC_COPY` is left out (the note stays).
 """
 
 from __future__ import annotations
@@ -36,10 +42,18 @@ from __future__ import annotations
 import html
 import re
 
+import nh3
+
 # Frames never grow past this (pixels); taller content scrolls inside its frame.
 MAX_HEIGHT = 4000
 # Height before the frame reports its own (and if it never does).
 INITIAL_HEIGHT = 60
+# The static copy for untrusted views is left out past this many characters.
+MAX_STATIC_COPY = 256 * 1024
+# What the static copy may hold: text structure and tables. No `a`, `img`, `area` or `map`:
+# in the page they would fetch or navigate with the page's origin.
+STATIC_TAGS = nh3.ALLOWED_TAGS - {"a", "img", "area", "map"}
+STATIC_CLASS = "sandbox-output-static"
 
 CSP = (
     "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
@@ -85,6 +99,8 @@ LISTEN_HEIGHT = (
     "(function () {"
     "var s = document.currentScript, f = s && s.previousElementSibling;"
     "if (!f || f.tagName !== 'IFRAME') { return; }"
+    "var c = s.nextElementSibling;"
+    f"if (c && c.classList.contains('{STATIC_CLASS}')) {{ c.style.display = 'none'; }}"
     "function on(e) {"
     "if (!f.isConnected) { removeEventListener('message', on); return; }"
     "if (e.source !== f.contentWindow) { return; }"
@@ -145,6 +161,21 @@ def markdown_document(source: str) -> str:
     return document(MarkdownIt("commonmark", {"html": True}).enable("table").render(source))
 
 
+def static_copy(mime: str, source: str) -> str:
+    """What an untrusted view shows for this output: sanitized HTML, or '' when there is
+    none to give (JavaScript and SVG have no static form; a copy past the cap is dropped)."""
+    if mime == "text/markdown":
+        from markdown_it import MarkdownIt
+
+        source = MarkdownIt("commonmark", {"html": True}).enable("table").render(source)
+    elif mime != "text/html":
+        return ""
+    cleaned = nh3.clean(source, tags=STATIC_TAGS, attributes={}, strip_comments=True)
+    if not cleaned.strip() or len(cleaned) > MAX_STATIC_COPY:
+        return ""
+    return f'<div class="{STATIC_CLASS}">{cleaned}</div>'
+
+
 BUILDERS = {
     "application/javascript": javascript_document,
     "text/html": html_document,
@@ -156,11 +187,13 @@ BUILDERS = {
 def framed_html(mime: str, source: str) -> str:
     """The `text/html` that shows `source` (of type `mime`) in an isolated frame."""
     doc = BUILDERS[mime](source)
-    fallback = html.escape(FALLBACK.format(kind=mime))
+    copy = static_copy(mime, source)
+    fallback = "" if copy else html.escape(FALLBACK.format(kind=mime))
     return (
         f'<iframe class="sandbox-output" sandbox="allow-scripts" referrerpolicy="no-referrer" '
         f'title="{html.escape(mime)} output from the sandbox" '
         f'style="width: 100%; height: {INITIAL_HEIGHT}px; border: 0; display: block;" '
         f'srcdoc="{html.escape(doc, quote=True)}">{fallback}</iframe>'
         f"<script>{LISTEN_HEIGHT}</script>"
+        f"{copy}"
     )

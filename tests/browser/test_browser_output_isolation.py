@@ -11,7 +11,9 @@ then). Each also marks its own document, so the test sees that it *did* run, in 
 Then ordinary outputs still render: a DataFrame as a table without a scrollbar, a
 matplotlib PNG, and a small interactive chart (a script drawing into a canvas) that runs
 inside its frame. Finally the notebook is saved and the page reloaded, as a user reopening
-it would, and the same holds for what JupyterLab shows then.
+it would, and the same holds for what JupyterLab shows then; and an unsigned copy (as when
+a notebook comes from someone else) opens untrusted: no frame, no script, the table's
+sanitized static copy instead.
 
 Fixtures and helpers are the main browser test's (test_browser_jupyterlab.py).
 """
@@ -33,6 +35,7 @@ from test_browser_jupyterlab import ARTIFACTS, CELL_MS, CHROMIUM, CHROMIUM_ARGS,
 from test_browser_jupyterlab import pytestmark  # noqa: F401  (slow, timeout, skip without a browser)
 
 NOTEBOOK = "payloads.ipynb"
+UNTRUSTED_COPY = "payloads-from-someone-else.ipynb"
 
 # Runs wherever a payload lands. Single quotes only, so that it fits in an HTML attribute.
 PAYLOAD = (
@@ -269,3 +272,24 @@ def run_payloads(page: t.Any, lab: t.Any, n_cells: int, expect: t.Any) -> None:
         assert page.locator("iframe").nth(index).get_attribute("sandbox") == "allow-scripts"
     assert_page_untouched(page, lab)
     nb.shot("isolation-02-reopened.png")
+
+    # A changed copy written straight to disk (as when a notebook comes from someone else:
+    # the server trusts only what it saved itself) opens untrusted: every frame and script
+    # is sanitized away, the table's static copy shows the data, and still nothing of the
+    # sandbox's runs in the page.
+    copy = json.loads((lab.root / NOTEBOOK).read_text())
+    copy["metadata"]["received_from"] = "someone else"
+    (lab.root / UNTRUSTED_COPY).write_text(json.dumps(copy))
+    page.goto(f"{lab.base}/lab/tree/{UNTRUSTED_COPY}?token={lab.token}", wait_until="domcontentloaded")
+    nb = Notebook(page)
+    nb.panel.wait_for(state="visible", timeout=120_000)
+    accept_kernel_dialog(page)
+    nb.cells.nth(n_cells - 1).wait_for(state="attached", timeout=60_000)
+    page.wait_for_timeout(3_000)
+    assert nb.panel.locator("iframe").count() == 0, "an untrusted view rendered a frame"
+    table = nb.output(table_cell).locator("table")
+    expect(table).to_be_visible()
+    expect(table).to_contain_text("summer")
+    assert nb.output(table_cell).get_by_text("shown only in an isolated frame").count() == 0
+    assert_page_untouched(page, lab)
+    nb.shot("isolation-03-untrusted-copy.png")

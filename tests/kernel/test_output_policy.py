@@ -52,11 +52,23 @@ def page_view(markup: str) -> _Top:
     return parser
 
 
+def assert_static_copy_is_inert(tags: list[tuple[str, dict[str, str | None]]]) -> None:
+    """What follows the frame, if anything, is the static copy: one marked div of plain
+    structure, with no attribute that could run, fetch, navigate or style."""
+    if not tags:
+        return
+    assert tags[0] == ("div", {"class": frames.STATIC_CLASS}), tags[0]
+    for tag, attrs in tags[1:]:
+        assert tag in frames.STATIC_TAGS and tag not in {"script", "img", "a", "iframe", "style", "svg"}, tag
+        assert not attrs, (tag, attrs)
+
+
 def assert_isolated_frame(markup: str, payload: str) -> str:
     """The page gets exactly one sandboxed frame and our own fixed listener script; the
     payload is only inside the frame's document. Returns that document."""
     view = page_view(markup)
-    assert [tag for tag, _ in view.tags] == ["iframe", "script"], view.tags
+    assert [tag for tag, _ in view.tags[:2]] == ["iframe", "script"], view.tags
+    assert_static_copy_is_inert(view.tags[2:])
     attrs = view.tags[0][1]
     assert attrs["sandbox"] == "allow-scripts", "no allow-same-origin, no allow-top-navigation, no allow-popups"
     assert view.scripts == [frames.LISTEN_HEIGHT], "the only script the page runs is our listener"
@@ -132,6 +144,34 @@ def test_markdown_is_rendered_inside_the_frame_raw_html_included():
     assert "<h1>Title</h1>" in doc and "<td>1</td>" in doc
     assert "onerror=top.owned=6" in doc  # raw HTML stays, but only in the frame
     assert_isolated_frame(out.data["text/html"], "<h1>Title</h1>")
+
+
+def test_untrusted_views_get_a_sanitized_static_copy_of_html_and_markdown():
+    table = ('<table class="dataframe" style="x"><tr><th>campaign</th></tr>'
+             '<tr><td onclick="top.owned=8">summer<script>top.owned=9</script></td></tr></table>'
+             '<img src="http://example.invalid/x" onerror="top.owned=10"><a href="javascript:top.owned=11">l</a>'
+             '<style>body{display:none}</style>')
+    view = page_view(filter_bundle({"text/html": table}, {}).data["text/html"])
+    copy = view.tags[2:]
+    assert [tag for tag, _ in copy] == ["div", "table", "tbody", "tr", "th", "tr", "td"], copy
+    assert_static_copy_is_inert(copy)
+    assert not view.scripts[1:], "nothing of the payload's scripts is outside the frame"
+    # Markdown: rendered, then cleaned the same way.
+    md = page_view(filter_bundle({"text/markdown": "# Title\n\n<img src=x onerror=top.owned=12>"}, {}).data["text/html"])
+    assert [tag for tag, _ in md.tags[2:]] == ["div", "h1", "p"], md.tags  # the p held the img
+    # The listener, which runs only where the frame does, hides the copy.
+    assert f"classList.contains('{frames.STATIC_CLASS}')" in frames.LISTEN_HEIGHT
+
+
+@pytest.mark.parametrize("mime, payload", [
+    ("application/javascript", "document.title = 'x'"),
+    ("image/svg+xml", '<svg xmlns="http://www.w3.org/2000/svg"><text>x</text></svg>'),
+    ("text/html", "<p>" + "x" * (frames.MAX_STATIC_COPY + 1) + "</p>"),
+    ("text/html", "<script>only a script</script>"),
+])
+def test_no_static_copy_where_there_is_nothing_static_to_show(mime, payload):
+    view = page_view(filter_bundle({mime: payload}, {}).data["text/html"])
+    assert [tag for tag, _ in view.tags] == ["iframe", "script"], view.tags
 
 
 def test_javascript_gets_an_element_to_draw_into_and_cannot_close_its_script():
