@@ -61,6 +61,7 @@ def mutation(name: str, removes: str, path: str, old: str, new: str, *tests: str
 SVC = "tests/service/"
 REL = "tests/reliability/"
 LAYERS = SVC + "test_svc_layers.py::"
+EGRESS = "tests/egress/"
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ---- the ten the suite caught from the start
@@ -139,6 +140,31 @@ MUTATIONS: tuple[Mutation, ...] = (
     mutation("runtime-output-cap", "the runtime's output cap per execute",
              "sandbox/runtime/capture.py", "return max(0, self.limit - self.used)", "return 1 << 62",
              LAYERS + "test_the_runtime_output_cap_alone_cuts_a_flood"),
+    # ---- egress (sandbox/egress/): each check of the proxy, and the secret's binding
+    mutation("egress-address-check", "the egress proxy's refusal of non-public resolved addresses",
+             "sandbox/egress/proxy.py", "            session.policy.check_address(host, address, port)\n", "            pass\n",
+             EGRESS + "test_proxy.py::test_ip_literal_and_non_public_addresses_are_refused",
+             EGRESS + "test_sandbox_egress.py::test_refusals_are_clear"),
+    mutation("egress-secret-binding", "replacing a placeholder only for the secret's bound hosts",
+             "sandbox/egress/secrets.py", "            if secret is not None and secret.bound_to(host):",
+             "            if secret is not None:",
+             EGRESS + "test_proxy.py::test_placeholder_replaced_only_for_the_bound_host"),
+    mutation("egress-host-header", "the egress proxy's Host header check",
+             "sandbox/egress/proxy.py", '    values = [v for k, v in request.headers if k.lower() == b"host"]\n',
+             "    return\n", EGRESS + "test_proxy.py::test_host_header_mismatch_is_refused",
+             "tests/security/test_redteam_egress.py::test_host_header_mismatch"),
+    mutation("egress-own-address", "the egress proxy's refusal of the sandbox server's own address",
+             "sandbox/egress/proxy.py", "            if (str(address), port) in self.own_addresses or", "            if",
+             EGRESS + "test_proxy.py::test_the_servers_own_address_is_refused_even_when_listed"),
+    mutation("egress-upgrades", "the egress proxy's refusal of protocol upgrades",
+             "sandbox/egress/proxy.py", '        if any(k.lower() == b"upgrade" for k, _ in request.headers):',
+             "        if False:", EGRESS + "test_proxy.py::test_websocket_and_h2c_upgrades_are_refused"),
+    mutation("egress-http1-only", "offering only HTTP/1.1 by ALPN where the proxy terminates TLS",
+             "sandbox/egress/ca.py", 'context.set_alpn_protocols(["http/1.1"])', 'context.set_alpn_protocols(["h2", "http/1.1"])',
+             "tests/security/test_redteam_egress.py::test_http2_and_upgrade_tricks"),
+    mutation("egress-raw-sockets", "seccomp's refusal of raw INET sockets in a sandbox with egress",
+             "sandbox/isolation/seccomp.py", "            for kind in _RAW_TYPES:", "            for kind in ():",
+             "tests/unit/test_seccomp.py::test_egress_variant_denies_raw_sockets"),
 )
 
 
