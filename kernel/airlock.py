@@ -28,14 +28,14 @@ import secrets
 import stat
 import typing as t
 
+from sandbox import nofollow
+
 from .failure import CellFailure
 
 
 class AirlockError(CellFailure):
     """A local path the airlock refuses; shown in the notebook as `ename: evalue`."""
 
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def check_local(path: str, root: pathlib.Path, what: str) -> list[str]:
@@ -61,30 +61,21 @@ def _shown(parts: t.Sequence[str]) -> str:
 
 
 def open_dir(root: pathlib.Path, parts: t.Sequence[str], what: str, create: bool = False) -> int:
-    """An fd for the directory `root/parts…`, reached without following any link."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    """An fd for the directory `root/parts…`, reached without following any link below
+    `root` (sandbox/nofollow.py)."""
     try:
-        for index, part in enumerate(parts):
-            try:
-                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise AirlockError("FileNotFoundError", f"{what}: no folder {_shown(parts[: index + 1])!r} in {root}") from None
-                os.mkdir(part, 0o777, dir_fd=fd)
-                next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise AirlockError(
-                        "PermissionError",
-                        f"{what}: {_shown(parts[: index + 1])!r} is a symlink or not a folder; links are never followed",
-                    ) from None
-                raise
-            os.close(fd)
-            fd = next_fd
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+        return nofollow.open_dir(root, parts, make=_make_dir if create else None, follow_root=True)
+    except nofollow.ComponentRefused as exc:
+        shown = _shown(parts[: exc.index + 1])
+        if exc.missing:
+            raise AirlockError("FileNotFoundError", f"{what}: no folder {shown!r} in {root}") from None
+        raise AirlockError(
+            "PermissionError", f"{what}: {shown!r} is a symlink or not a folder; links are never followed"
+        ) from None
+
+
+def _make_dir(parent_fd: int, name: str) -> None:
+    os.mkdir(name, 0o777, dir_fd=parent_fd)
 
 
 def kind(root: pathlib.Path, parts: t.Sequence[str], what: str) -> str | None:

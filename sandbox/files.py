@@ -20,11 +20,11 @@ import stat
 import time
 from datetime import datetime, timezone
 
-from . import filenames
+from . import filenames, nofollow
+from .nofollow import DIR_FLAGS
 from .errors import ApiError
 
 CHUNK = 1024 * 1024
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 DELETE_BATCH = 1000  # names read from a directory between two deletions
 DELETE_SECONDS = 60.0  # a sandbox that keeps filling a directory cannot keep a delete going
 
@@ -56,30 +56,21 @@ def check_path(path: str) -> list[bytes]:
 
 
 def _open_dir(root: str, parts: list[bytes], create: bool, owner: int | None) -> int:
-    """An fd for the directory ``root/parts...``, walked without following any link."""
-    fd = os.open(root, DIR_FLAGS)
+    """An fd for the directory ``root/parts...``, walked without following any link
+    (sandbox/nofollow.py); made, and given to `owner`, where missing if `create`."""
+
+    def make(parent_fd: int, name: bytes) -> None:
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+        if owner is not None:
+            os.chown(name, owner, owner, dir_fd=parent_fd, follow_symlinks=False)
+
     try:
-        for part in parts:
-            try:
-                next_fd = os.open(part, DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise ApiError(404, "not_found", f"no directory {filenames.escape(part)!r} in the workspace") from None
-                os.mkdir(part, 0o755, dir_fd=fd)
-                if owner is not None:
-                    os.chown(part, owner, owner, dir_fd=fd, follow_symlinks=False)
-                next_fd = os.open(part, DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise ApiError(400, "invalid_path", f"{filenames.escape(part)!r} is a symlink or not a directory; "
-                                   "links are never followed") from None
-                raise
-            os.close(fd)
-            fd = next_fd
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+        return nofollow.open_dir(root, parts, make=make if create else None)
+    except nofollow.ComponentRefused as exc:
+        name = filenames.escape(parts[exc.index])
+        if exc.missing:
+            raise ApiError(404, "not_found", f"no directory {name!r} in the workspace") from None
+        raise ApiError(400, "invalid_path", f"{name!r} is a symlink or not a directory; links are never followed") from None
 
 
 class _OpenPath:
