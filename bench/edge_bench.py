@@ -16,22 +16,10 @@ import time
 import typing as t
 
 from bench.harness import BenchServer, RssSampler, create, delete, done_of, execute, process_cpu_seconds
+from sandbox.runtime.forge import FORGE_CELL as FORGE  # frame(), write_all() onto the cell's own channel
 
 MiB = 1 << 20
 
-FORGE = '''
-import gc, json, os, struct, time
-runtime = [o for o in gc.get_objects() if type(o).__name__ == "Runtime"][0]
-channel = int(open("/proc/self/cmdline", "rb").read().split(b"\\0")[-2])
-def frame(payload):
-    if not isinstance(payload, bytes):
-        payload = json.dumps(payload).encode()
-    return struct.pack(">I", len(payload)) + payload
-def write_all(data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(channel, view[:1 << 20]):]
-'''
 
 VARIANTS: dict[str, str] = {
     "idle cell (baseline)": "pass",

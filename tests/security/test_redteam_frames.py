@@ -39,6 +39,7 @@ import pytest
 from redteam_support import RedteamServer
 
 import support
+from sandbox.runtime.forge import FORGE_CELL as FORGE  # frame(), write_all() onto the cell's own channel
 from support import done_of, of_type, stream_text
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=(
@@ -53,21 +54,6 @@ framecheck.scan = lambda payload: None
 framecheck.check = lambda message, fields_of=None: None
 framecheck.parse = lambda payload: json.loads(payload)
 framecheck.frame_cost = lambda n: 0
-'''
-
-# A cell's helper: frames onto its own runtime's channel, for its own execution id.
-FORGE = '''
-import gc, json, os, struct
-runtime = [o for o in gc.get_objects() if type(o).__name__ == "Runtime"][0]
-channel = int(open("/proc/self/cmdline", "rb").read().split(b"\\0")[-2])
-def frame(payload):
-    if not isinstance(payload, bytes):
-        payload = json.dumps(payload).encode()
-    return struct.pack(">I", len(payload)) + payload
-def write_all(data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(channel, view[:1 << 20]):]
 '''
 
 
