@@ -23,8 +23,6 @@ import datetime as dt
 import json
 import os
 import pathlib
-import signal
-import subprocess
 import sys
 import time
 import typing as t
@@ -36,9 +34,10 @@ if __package__ in (None, ""):
 import httpx  # noqa: E402
 
 from bench import harness  # noqa: E402
-from bench.harness import (MiB, BenchServer, HostLoad, RssSampler, create, done_of, free_port,  # noqa: E402
-                           process_cpu_seconds, ratio, summary, with_repo_on_path)
+from bench.harness import (MiB, BenchServer, RssSampler, create, done_of, free_port,  # noqa: E402
+                           markdown_table, process_cpu_seconds, ratio, result_rows, run_section, summary)
 from bench.service_bench import _chunks, blob_file  # noqa: E402
+from sandbox.server_process import ServerProcess, source_env  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 FULL = {"latency_reps": 300, "warmup": 30, "sandboxes": 10, "cells": 60, "rounds": 4, "files_reps": 3}
@@ -51,39 +50,30 @@ class BenchGateway:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = node.state_dir / "bench-gateway.log"
-        self.proc: subprocess.Popen | None = None
+        self.process: ServerProcess | None = None
 
     def start(self) -> None:
-        env = with_repo_on_path(dict(os.environ))
+        env = source_env()
         env["SANDBOX_KERNEL_TOKEN"] = self.node.token
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sandbox", "gateway", "--port", str(self.port), "--node", self.node.url,
-                 "--log-level", "warning"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, cwd=str(harness.REPO), start_new_session=True)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(self.url + "/v1/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the gateway did not start: {self.log_path.read_text()[-2000:]}")
-            time.sleep(0.1)
+        self.process = ServerProcess(
+            [sys.executable, "-m", "sandbox", "gateway", "--port", str(self.port), "--node", self.node.url,
+             "--log-level", "warning"],
+            self.log_path, env=env, cwd=harness.REPO,
+        )
+        self.process.start()
+        self.process.wait_healthy(self.url, 60)
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        assert self.process is not None
+        return self.process.pid
 
     def client(self, timeout: float = 120.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=self.node.headers, timeout=timeout)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(30)
+        if self.process is not None:
+            self.process.stop()
 
 
 def _execute(client: httpx.Client, sandbox_id: str) -> float:
@@ -241,7 +231,7 @@ def bench_files(node: BenchServer, gw: BenchGateway, reps: int) -> dict[str, t.A
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.run import fmt, machine
+    from bench.run import machine
 
     parser = argparse.ArgumentParser(prog="python -m bench.gateway_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -262,16 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                          ("throughput", lambda: bench_throughput(node, gw, params["sandboxes"], params["cells"], params["rounds"])),
                          ("files", lambda: bench_files(node, gw, params["files_reps"]))):
             log(f"[{name}]")
-            load = HostLoad()
-            try:
-                r = fn()
-                r["status"] = "ok"
-            except Exception as exc:
-                import traceback
-
-                r = {"status": f"error: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-                log(r["traceback"])
-            r["host_load"] = load.finish()
+            r = run_section(fn, log)
             doc["results"][name] = r
             node.wait_pool()
     finally:
@@ -279,13 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         node.stop()
     RESULTS.mkdir(exist_ok=True)
     pathlib.Path(args.out).write_text(json.dumps(doc, indent=1))
-    print("| benchmark | stat | gateway | direct | ratio | target |\n|---|---|---|---|---|---|")
+    rows: list[tuple[str, ...]] = []
     for name, r in doc["results"].items():
-        if r["status"] != "ok":
-            print(f"| {name} | {r['status'][:80]} | | | | |")
-            continue
-        for label, stat, ours, base, rat, target in r["rows"]:
-            print(f"| {label} | {stat} | {fmt(ours)} | {fmt(base)} | {fmt(rat, 2) + 'x' if rat is not None else '-'} | {target} |")
+        rows += result_rows(r) if r["status"] == "ok" else [(name, r["status"][:80], "", "", "", "")]
+    print(markdown_table(("benchmark", "stat", "gateway", "direct", "ratio", "target"), rows))
     return 0
 
 

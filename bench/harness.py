@@ -14,15 +14,26 @@ import pathlib
 import secrets
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
+import traceback
 import typing as t
 
 import httpx
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `sandbox.*` when a benchmark runs as a script
+    sys.path.insert(0, str(REPO))
+
+from sandbox.server_process import (  # noqa: E402
+    ServerProcess,
+    ServerStartError,
+    log_tail,
+    serve_command,
+    source_env,
+)
+
 DEFAULT_STATE_DIR = "/tmp/sk-bench-state"
 DATA_DIR = pathlib.Path("/tmp/sk-bench-data")
 MiB = 1024 * 1024
@@ -229,6 +240,54 @@ class RssSampler:
                 "growth_mib": (self.peak - self.before) / MiB, "samples": self.samples}
 
 
+# --------------------------------------------------------------------- running and reporting
+
+
+def run_section(fn: t.Callable[[], dict[str, t.Any]], log: t.Callable[[str], None]) -> dict[str, t.Any]:
+    """One benchmark's result, with `status` ("ok" or the error) and the host's load
+    meanwhile. An error is logged with its traceback, not raised: one broken benchmark
+    must not lose the others' numbers."""
+    load = HostLoad()
+    try:
+        r = fn()
+        r["status"] = "ok"
+    except Exception as exc:
+        r = {"status": f"error: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        log(r["traceback"])
+    r["host_load"] = load.finish()
+    return r
+
+
+def fmt(v: t.Any, digits: int = 1) -> str:
+    """A figure as the tables show it: `digits` decimals below 10, fewer above."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if abs(v) >= 100:
+            return f"{v:.0f}"
+        if abs(v) >= 10:
+            return f"{v:.1f}"
+        return f"{v:.{digits + 1}f}"
+    return str(v)
+
+
+def result_rows(r: dict[str, t.Any]) -> list[tuple[str, ...]]:
+    """A benchmark's `rows` (label, stat, ours, baseline, ratio, target) as table text."""
+    return [(label, stat, fmt(ours), fmt(base), (fmt(rat, 2) + "x") if rat is not None else "-", target)
+            for label, stat, ours, base, rat, target in r["rows"]]
+
+
+def markdown_table(head: t.Sequence[t.Any], rows: t.Sequence[t.Sequence[t.Any]]) -> str:
+    """A Markdown table with its columns padded to line up in a terminal too."""
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    line = lambda r: "| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |"  # noqa: E731
+    return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in rows)])
+
+
 # --------------------------------------------------------------------- the server
 
 
@@ -239,11 +298,8 @@ def free_port() -> int:
 
 
 def with_repo_on_path(env: dict[str, str]) -> dict[str, str]:
-    env = dict(env)
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(REPO) not in parts:
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), *parts])
-    return env
+    """`env` with this checkout on PYTHONPATH, for child processes (servers, kernels)."""
+    return source_env(env)
 
 
 class BenchServer:
@@ -260,7 +316,7 @@ class BenchServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = secrets.token_hex(16)
-        self.proc: subprocess.Popen | None = None
+        self.process: ServerProcess | None = None
         self.log = log
         self.log_path = self.state_dir / "bench-server.log"
         self.leftovers: list[str] = []
@@ -271,8 +327,8 @@ class BenchServer:
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        assert self.process is not None
+        return self.process.pid
 
     def client(self, timeout: float = 120.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout)
@@ -284,33 +340,23 @@ class BenchServer:
         if other:
             raise RuntimeError(f"another server (pid {other}) uses the state dir {self.state_dir}; "
                                "stop it or pass another --state-dir")
-        env = with_repo_on_path(dict(os.environ))
+        env = source_env()
         env["SANDBOX_KERNEL_TOKEN"] = self.token
         env.pop("SANDBOX_KERNEL_URL", None)
-        log = open(self.log_path, "ab")
         first_build = not (self.state_dir / "images" / "default").exists()
         if first_build:
             self.log(f"  building the default image in {self.state_dir} (once; about a minute)")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sandbox", "serve", "--port", str(self.port), "--state-dir", str(self.state_dir),
-             "--pool-size", str(self.pool_size), "--delete-on-shutdown", "--log-level", "warning", *self.extra_args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO),
-            start_new_session=True,
+        self.process = ServerProcess(
+            serve_command(self.state_dir, "--port", str(self.port), "--pool-size", str(self.pool_size),
+                          "--delete-on-shutdown", "--log-level", "warning", *self.extra_args),
+            self.log_path, env=env, cwd=REPO,
         )
-        log.close()
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(self.url + "/v1/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the server did not answer within {timeout} s:\n{self.log_tail()}")
-            time.sleep(0.2)
+        self.process.start()
+        try:
+            self.process.wait_healthy(self.url, timeout)
+        except ServerStartError:
+            self.stop()
+            raise
         with self.client() as c:
             for sbx in c.get("/v1/sandboxes").json()["sandboxes"]:  # left over by an earlier run
                 c.delete(f"/v1/sandboxes/{sbx['id']}")
@@ -364,13 +410,10 @@ class BenchServer:
             return None
 
     def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, n)
 
     def stop(self) -> None:
-        if self.proc is None:
+        if self.process is None:
             return
         try:
             with self.client(timeout=30) as c:
@@ -378,14 +421,8 @@ class BenchServer:
                     c.delete(f"/v1/sandboxes/{sbx['id']}")
         except (httpx.HTTPError, ValueError, KeyError):
             pass
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.proc = None
+        self.process.stop(timeout=60)
+        self.process = None
         self.leftovers = self.end_leftover_supervisors()
         if self.leftovers:
             self.log(f"  ended {len(self.leftovers)} sandboxes the server left running: {', '.join(self.leftovers)}")

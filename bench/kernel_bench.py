@@ -15,7 +15,8 @@ import pathlib
 import tempfile
 import time
 import typing as t
-from queue import Empty
+
+from kernel.drive import run_cell
 
 from .harness import (BenchServer, create, delete, done_of, execute, pids_of_uid, ratio, schedstat, summary,
                       with_repo_on_path)
@@ -94,47 +95,6 @@ def stop(km, kc) -> None:
             km.shutdown_kernel(now=True)
         except Exception:
             pass
-
-
-def run_cell(kc, code: str, timeout: float = 60.0, **execute_kwargs: t.Any) -> tuple[dict, list[dict]]:
-    """Execute and wait for the reply and the idle status.
-
-    Returns the reply and the cell's IOPub messages other than status and execute_input.
-    The kernel tests collect their cells with this too, so what is timed here is what
-    they check.
-    """
-    msg_id = kc.execute(code, **execute_kwargs)
-    deadline = time.monotonic() + timeout
-    reply = None
-    outputs: list[dict] = []
-    # ZMQ queues whatever arrives meanwhile, so waiting for one socket after the other
-    # ends at the later of the two arrivals: no polling granularity in the figure.
-    while reply is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"no execute_reply within {timeout} s for {code[:40]!r}")
-        try:
-            msg = kc.get_shell_msg(timeout=remaining)
-        except Empty:
-            continue
-        if msg["parent_header"].get("msg_id") == msg_id:
-            reply = msg
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"no idle status within {timeout} s for {code[:40]!r}")
-        try:
-            msg = kc.get_iopub_msg(timeout=remaining)
-        except Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "status":
-            if msg["content"]["execution_state"] == "idle":
-                break
-        elif msg["msg_type"] != "execute_input":
-            outputs.append(msg)
-    return reply, outputs
 
 
 def _kernel_pid(km) -> int | None:

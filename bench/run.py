@@ -17,7 +17,6 @@ import platform
 import shutil
 import sys
 import time
-import traceback
 import typing as t
 
 if __package__ in (None, ""):  # `python bench/run.py`
@@ -25,7 +24,14 @@ if __package__ in (None, ""):  # `python bench/run.py`
     __package__ = "bench"
 
 from bench import harness  # noqa: E402
-from bench.harness import DEFAULT_STATE_DIR, BenchServer, HostLoad  # noqa: E402
+from bench.harness import (  # noqa: E402
+    DEFAULT_STATE_DIR,
+    BenchServer,
+    fmt,
+    markdown_table,
+    result_rows,
+    run_section,
+)
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
@@ -78,22 +84,6 @@ def _os_release() -> str:
         return ""
 
 
-def fmt(v: t.Any, digits: int = 1) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if abs(v) >= 100:
-            return f"{v:.0f}"
-        if abs(v) >= 10:
-            return f"{v:.1f}"
-        return f"{v:.{digits + 1}f}"
-    return str(v)
-
-
 def table(results: dict[str, dict[str, t.Any]]) -> str:
     head = ("#", "benchmark", "stat", "ours", "baseline", "ratio", "target", "met")
     rows = []
@@ -105,16 +95,10 @@ def table(results: dict[str, dict[str, t.Any]]) -> str:
         if r.get("status") != "ok":
             rows.append((i, name, "", "", "", "", "", r.get("status", "")[:70]))
             continue
-        for j, row in enumerate(r["rows"]):
-            label, stat, ours, base, rat, target = row
+        for j, row in enumerate(result_rows(r)):
             met = fmt(r.get("meets_target")) if j == 0 and r.get("meets_target") is not None else ""
-            rows.append((i if j == 0 else "", label, stat, fmt(ours), fmt(base),
-                         (fmt(rat, 2) + "x") if rat is not None else "-", target, met))
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    line = lambda r: "| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |"  # noqa: E731
-    out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    out += [line(r) for r in rows]
-    return "\n".join(out)
+            rows.append((i if j == 0 else "", *row, met))
+    return markdown_table(head, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,15 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         if name not in selected:
             return
         log(f"[{name}] {params[name]}")
-        load = HostLoad()
-        try:
-            r = fn()
-            r["status"] = "ok"
-        except Exception as exc:
-            r = {"status": f"error: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-            log(r["traceback"])
+        r = run_section(fn, log)
+        if r["status"] != "ok":
             log(server.log_tail(15))
-        r["host_load"] = load.finish()
         r["params"] = params[name]
         results[name] = r
         log(f"[{name}] {r['status']} in {r['host_load']['seconds']} s (load avg {r['host_load']['loadavg_end'][0]})")

@@ -19,16 +19,15 @@ import errno
 import fcntl
 import os
 import pathlib
-import subprocess
-import sys
 import time
 import typing as t
 from urllib.parse import urlsplit
 
-import httpx
-
 from sandbox.config import DEFAULT_PORT
 from sandbox.endpoint import Endpoint
+from sandbox.server_process import ServerProcess, ServerStartError, is_healthy, log_tail, serve_command, wait_healthy
+
+__all__ = ["ServerStartError", "ensure_server", "is_healthy", "log_tail", "start_command"]
 
 LOCK_NAME = "server-start.lock"
 LOG_NAME = "server.log"
@@ -38,39 +37,7 @@ StatusCallback = t.Callable[[str], None]
 
 # Started servers, kept referenced so that Popen does not warn about a child still
 # running when it is garbage-collected: the child is meant to outlive us.
-_started: list[subprocess.Popen] = []
-
-
-class ServerStartError(RuntimeError):
-    """The server could not be started or did not come up; the message says why and
-    where its log is."""
-
-
-def is_healthy(where: Endpoint, timeout: float = 2.0) -> bool:
-    try:
-        with httpx.Client(transport=where.transport(), timeout=timeout) as client:
-            response = client.get(where.base_url + "/v1/health")
-    except httpx.HTTPError:
-        return False
-    if response.status_code != 200:
-        return False
-    try:
-        return response.json().get("status") == "ok"
-    except ValueError:
-        return False
-
-
-def log_tail(path: pathlib.Path, lines: int = 5) -> str:
-    """The last lines of a log, for error messages and progress text."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 8192))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
+_started: list[ServerProcess] = []
 
 
 def _pid_alive(pid: int) -> bool:
@@ -95,25 +62,13 @@ def _read_pid(path: pathlib.Path) -> int | None:
         return None
 
 
-def _server_env() -> dict[str, str]:
-    """The environment for the server: ours, plus a PYTHONPATH that finds this checkout
-    when the project is run from source rather than installed."""
-    env = dict(os.environ)
-    root = pathlib.Path(__file__).resolve().parents[1]
-    if (root / "sandbox").is_dir():
-        parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if str(root) not in parts:
-            env["PYTHONPATH"] = os.pathsep.join([str(root), *parts])
-    return env
-
-
 def start_command(where: Endpoint, state_dir: pathlib.Path) -> list[str]:
     """`serve` for this state directory; on TCP too when the endpoint is a TCP URL."""
-    cmd = [sys.executable, "-m", "sandbox", "serve", "--state-dir", str(state_dir)]
+    args: list[str] = []
     if not where.socket:
         parts = urlsplit(where.url)
-        cmd += ["--host", parts.hostname or "127.0.0.1", "--port", str(parts.port or DEFAULT_PORT)]
-    return cmd
+        args = ["--host", parts.hostname or "127.0.0.1", "--port", str(parts.port or DEFAULT_PORT)]
+    return serve_command(state_dir, *args)
 
 
 def ensure_server(
@@ -131,7 +86,6 @@ def ensure_server(
     """
     status = on_status or (lambda _msg: None)
     sdir = pathlib.Path(state_dir or _default_state_dir()).expanduser().absolute()
-    url = where.describe()
     if is_healthy(where):
         return False
 
@@ -166,51 +120,30 @@ def ensure_server(
                 return False
             pid_path = sdir / PID_NAME
             pid = _read_pid(pid_path)
-            proc: subprocess.Popen | None = None
+            server: ServerProcess | None = None
             if pid is None or not _pid_alive(pid):
                 # A previous starter may have died while its server was still building the
                 # image; only when that server is gone do we start another.
                 status("starting the sandbox server")
-                cmd = start_command(where, sdir)
-                with open(log_path, "ab") as log:
-                    log.write(f"\n--- started by kernel pid {os.getpid()}: {' '.join(cmd)}\n".encode())
-                    log.flush()
-                    proc = subprocess.Popen(
-                        cmd,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                        close_fds=True,
-                        cwd=str(sdir),
-                        env=_server_env(),
-                    )
-                _started.append(proc)
-                pid_path.write_text(str(proc.pid))
-                pid = proc.pid
+                server = ServerProcess(start_command(where, sdir), log_path, cwd=sdir,
+                                       banner=f"started by kernel pid {os.getpid()}")
+                server.start()
+                _started.append(server)
+                pid_path.write_text(str(server.pid))
+                pid = server.pid
                 started = True
 
-            began = time.monotonic()
-            while not is_healthy(where, timeout=1.0):
-                if proc is not None and proc.poll() is not None:
-                    raise ServerStartError(
-                        f"the sandbox server exited with code {proc.returncode} while starting; "
-                        f"last lines of {log_path}:\n{log_tail(log_path)}"
-                    )
-                if proc is None and pid is not None and not _pid_alive(pid):
-                    raise ServerStartError(
-                        f"the sandbox server stopped while starting; see {log_path}:\n{log_tail(log_path)}"
-                    )
-                if time.monotonic() > deadline:
-                    raise ServerStartError(
-                        f"the sandbox server did not answer at {url} within {timeout:.0f} s; "
-                        f"last lines of {log_path}:\n{log_tail(log_path)}"
-                    )
-                elapsed = time.monotonic() - began
-                status(
-                    f"starting the sandbox server ({elapsed:.0f} s; the first start builds the sandbox image): {_last_line(log_path)}"
-                )
-                time.sleep(0.5)
+            def gone() -> str | None:
+                if server is not None:
+                    return server.exited()
+                return None if pid is None or _pid_alive(pid) else "stopped"
+
+            def progress(elapsed: float) -> None:
+                status(f"starting the sandbox server ({elapsed:.0f} s; the first start builds the sandbox image): "
+                       f"{_last_line(log_path)}")
+
+            wait_healthy(where, log_path, max(0.0, deadline - time.monotonic()), gone=gone, on_wait=progress,
+                         interval=0.5, tail_lines=5)
         finally:
             fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
     return started

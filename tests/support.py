@@ -39,8 +39,15 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `kernel.install` and `sandbox.*` from a script run anywhere
     sys.path.insert(0, str(REPO))
 
-from bench import kernel_bench  # noqa: E402  (needs REPO on sys.path)
-from bench.harness import with_repo_on_path  # noqa: E402
+from kernel.drive import run_cell as _run_cell  # noqa: E402  (needs REPO on sys.path)
+from sandbox.server_process import (  # noqa: E402
+    ServerProcess,
+    ServerStartError,
+    is_healthy,
+    log_tail,
+    serve_command,
+    source_env,
+)
 
 START_TIMEOUT = float(os.environ.get("SANDBOX_KERNEL_TEST_START_TIMEOUT", "900"))
 CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
@@ -52,12 +59,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def healthy(url: str) -> bool:
-    try:
-        r = httpx.get(url + "/v1/health", timeout=2.0)
-        return r.status_code == 200 and r.json().get("status") == "ok"
-    except (httpx.HTTPError, ValueError):
-        return False
+def with_repo_on_path(env: dict[str, str]) -> dict[str, str]:
+    """`env` with this checkout on PYTHONPATH, for child processes (servers, kernels)."""
+    return source_env(env)
 
 
 def wait_for(predicate: t.Callable[[], t.Any], timeout: float, interval: float = 0.1) -> t.Any:
@@ -341,7 +345,7 @@ class Server:
         self.start_timeout = start_timeout
         self.keep_state = keep_state
         self.external = False
-        self.proc: subprocess.Popen | None = None
+        self.process: ServerProcess | None = None
 
     @classmethod
     def elsewhere(cls, url: str, token: str) -> "Server":
@@ -364,11 +368,15 @@ class Server:
         return env
 
     @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.process.proc if self.process is not None else None
+
+    @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.process is not None and self.process.running
 
     def healthy(self) -> bool:
-        return healthy(self.url)
+        return is_healthy(self.url)
 
     def client(self, **kwargs: t.Any) -> httpx.Client:
         kwargs.setdefault("timeout", httpx.Timeout(30, read=120))
@@ -377,24 +385,17 @@ class Server:
     def start(self) -> float:
         """Start and wait for /v1/health; returns the seconds that took."""
         assert not self.running, "already running"
-        began = time.monotonic()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sandbox", "serve", "--port", str(self.port),
-                 "--state-dir", str(self.state_dir), *self.args],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self._env,
-                cwd=str(REPO), start_new_session=True,
-            )
-        while not self.healthy():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if time.monotonic() - began > self.start_timeout:
-                self.terminate()
-                raise RuntimeError(f"the server did not answer within {self.start_timeout} s:\n{self.log_tail()}")
-            time.sleep(0.05)
+        self.process = ServerProcess(serve_command(self.state_dir, "--port", str(self.port), *self.args),
+                                     self.log_path, env=self._env, cwd=REPO)
+        self.process.start()
+        try:
+            took = self.process.wait_healthy(self.url, self.start_timeout, interval=0.05)
+        except ServerStartError:
+            self.terminate()
+            raise
         if self.token is None:
             self.token = (self.state_dir / "token").read_text().strip()
-        return time.monotonic() - began
+        return took
 
     def open(self) -> "Server":
         """Start; a failed start leaves nothing behind, as no caller holds a server to close."""
@@ -428,16 +429,8 @@ class Server:
     def terminate(self) -> None:
         """Stop the server, SIGKILL if it hangs; its sandboxes live on (supervisors are
         sessions of their own, out of the server's process group)."""
-        if not self.running:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(30)
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        if self.process is not None:
+            self.process.stop()
 
     def delete_sandboxes(self) -> None:
         try:
@@ -464,7 +457,7 @@ class Server:
             return ""
 
     def log_tail(self, n: int = 60) -> str:
-        return "\n".join(self.log_text().splitlines()[-n:])
+        return log_tail(self.log_path, n)
 
 
 # A server on a borrowed image starts in about a second: one that takes minutes is broken.
@@ -484,7 +477,7 @@ def start_session_server() -> Server:
     """The server every suite shares; see the module docstring for the environment."""
     url = os.environ.get("SANDBOX_KERNEL_TEST_URL")
     if url:
-        if not healthy(url):
+        if not is_healthy(url):
             raise RuntimeError(f"SANDBOX_KERNEL_TEST_URL={url} does not answer /v1/health")
         return Server.elsewhere(url, os.environ.get("SANDBOX_KERNEL_TEST_TOKEN", ""))
     state = os.environ.get("SANDBOX_KERNEL_TEST_STATE_DIR")
@@ -661,7 +654,7 @@ def run_cell(kc: t.Any, code: str, timeout: float = 60, **kwargs: t.Any) -> Cell
     aborting the queue, and the next cell can come back "aborted" (a race in ipykernel,
     not in this kernel).
     """
-    reply, outputs = kernel_bench.run_cell(kc, code, timeout, **kwargs)
+    reply, outputs = _run_cell(kc, code, timeout, **kwargs)
     return CellRun(reply, outputs)
 
 

@@ -22,7 +22,6 @@ import re
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ import httpx
 import pytest
 
 import support
+from sandbox.server_process import ServerProcess, ServerStartError
 from support import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -78,8 +78,12 @@ pytestmark = [
 
 
 class Lab:
-    def __init__(self, proc: subprocess.Popen, port: int, token: str, root: pathlib.Path, log: pathlib.Path):
-        self.proc = proc
+    """A JupyterLab child process (sandbox.server_process.ServerProcess) and what the test
+    needs to reach it."""
+
+    def __init__(self, process: ServerProcess, port: int, token: str, root: pathlib.Path, log: pathlib.Path):
+        self.process = process
+        self.proc = process.proc
         self.port = port
         self.token = token
         self.root = root
@@ -95,10 +99,7 @@ class Lab:
         return f"{self.base}/lab?token={self.token}"
 
     def log_tail(self, n: int = 60) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        return self.process.log_tail(n)
 
     def kernel_pids(self) -> set[int]:
         """The kernel processes this JupyterLab started (its direct children running
@@ -134,15 +135,7 @@ class Lab:
     def stop(self, timeout: float = 90.0) -> int | None:
         """SIGTERM, as Ctrl-C would: JupyterLab shuts its kernels down, which deletes
         their sandboxes. Returns the exit code (None if it had to be killed)."""
-        if self.proc.poll() is not None:
-            return self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-            return None
+        return self.process.stop(timeout)
 
 
 def _user_settings(settings_dir: pathlib.Path) -> None:
@@ -186,26 +179,26 @@ def start_lab(server: support.Server, workdir: pathlib.Path) -> Lab:
         "--LabApp.news_url=None",
         "--ServerApp.shutdown_no_activity_timeout=0",
     ]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            argv, cwd=str(root), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    lab = Lab(proc, port, token, root, log)
-    deadline = time.monotonic() + LAB_START_TIMEOUT
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"JupyterLab exited with {proc.returncode}:\n{lab.log_tail()}")
+    log.unlink(missing_ok=True)
+    process = ServerProcess(argv, log, env=env, cwd=root)
+    process.start()
+    lab = Lab(process, port, token, root, log)
+    answers: list[httpx.Response] = []
+
+    def kernelspecs_served() -> bool:
         try:
             r = httpx.get(f"{lab.base}/api/kernelspecs", params={"token": token}, timeout=5)
-            if r.status_code == 200:
-                break
         except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            lab.stop()
-            raise RuntimeError(f"JupyterLab did not answer within {LAB_START_TIMEOUT} s:\n{lab.log_tail()}")
-        time.sleep(0.5)
+            return False
+        answers.append(r)
+        return r.status_code == 200
+
+    try:
+        process.wait_ready(kernelspecs_served, LAB_START_TIMEOUT, interval=0.5, tail_lines=60, name="JupyterLab")
+    except ServerStartError:
+        lab.stop()
+        raise
+    r = answers[-1]
     specs = r.json()["kernelspecs"]
     names = {name: spec["spec"]["display_name"] for name, spec in specs.items()}
     assert KERNEL_DISPLAY_NAME in names.values(), f"`sandbox-kernel lab` did not install the kernelspec: {names}"

@@ -31,7 +31,7 @@ class GatewayProcess:
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env=support.server_env(self.token), cwd=str(support.REPO), start_new_session=True)
         deadline = time.monotonic() + 60
-        while not support.healthy(self.url):
+        while not support.is_healthy(self.url):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the gateway did not start:\n{self.log_path.read_text(errors='replace')[-3000:]}")

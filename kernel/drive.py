@@ -1,0 +1,53 @@
+"""Driving a running kernel from outside, as a notebook server does: one cell through a
+jupyter_client `BlockingKernelClient`, waited for until its reply and its idle status.
+
+Not used by the kernel itself; the tests and the benchmarks share it, so that both see a
+cell end the same way.
+"""
+
+from __future__ import annotations
+
+import time
+import typing as t
+from queue import Empty
+
+
+def run_cell(kc, code: str, timeout: float = 60.0, **execute_kwargs: t.Any) -> tuple[dict, list[dict]]:
+    """Execute and wait for the reply and the idle status.
+
+    Returns the reply and the cell's IOPub messages other than status and execute_input.
+    The benchmarks time their cells with this and the kernel tests collect theirs with
+    it, so what is timed is what is checked.
+    """
+    msg_id = kc.execute(code, **execute_kwargs)
+    deadline = time.monotonic() + timeout
+    reply = None
+    outputs: list[dict] = []
+    # ZMQ queues whatever arrives meanwhile, so waiting for one socket after the other
+    # ends at the later of the two arrivals: no polling granularity in the figure.
+    while reply is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no execute_reply within {timeout} s for {code[:40]!r}")
+        try:
+            msg = kc.get_shell_msg(timeout=remaining)
+        except Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            reply = msg
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no idle status within {timeout} s for {code[:40]!r}")
+        try:
+            msg = kc.get_iopub_msg(timeout=remaining)
+        except Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "status":
+            if msg["content"]["execution_state"] == "idle":
+                break
+        elif msg["msg_type"] != "execute_input":
+            outputs.append(msg)
+    return reply, outputs
