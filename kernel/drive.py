@@ -21,30 +21,26 @@ def run_cell(kc, code: str, timeout: float = 60.0, **execute_kwargs: t.Any) -> t
     """
     msg_id = kc.execute(code, **execute_kwargs)
     deadline = time.monotonic() + timeout
-    reply = None
-    outputs: list[dict] = []
+
+    def next_of_cell(get: t.Callable[..., dict], waiting_for: str) -> dict:
+        """The next message of this cell from one channel (shell or IOPub)."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no {waiting_for} within {timeout} s for {code[:40]!r}")
+            try:
+                msg = get(timeout=remaining)
+            except Empty:
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+
     # ZMQ queues whatever arrives meanwhile, so waiting for one socket after the other
     # ends at the later of the two arrivals: no polling granularity in the figure.
-    while reply is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"no execute_reply within {timeout} s for {code[:40]!r}")
-        try:
-            msg = kc.get_shell_msg(timeout=remaining)
-        except Empty:
-            continue
-        if msg["parent_header"].get("msg_id") == msg_id:
-            reply = msg
+    reply = next_of_cell(kc.get_shell_msg, "execute_reply")
+    outputs: list[dict] = []
     while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"no idle status within {timeout} s for {code[:40]!r}")
-        try:
-            msg = kc.get_iopub_msg(timeout=remaining)
-        except Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
+        msg = next_of_cell(kc.get_iopub_msg, "idle status")
         if msg["msg_type"] == "status":
             if msg["content"]["execution_state"] == "idle":
                 break
