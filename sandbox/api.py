@@ -28,6 +28,7 @@ from .files import Workspace
 from .images import ImageError
 from .manager import SandboxManager
 from .openapi import openapi_document
+from .runtime import vocabulary as V
 
 log = logging.getLogger("sandbox.api")
 NDJSON = "application/x-ndjson"
@@ -77,11 +78,18 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
     async def body(request: Request, fields) -> dict:
         return schemas.parse(await read_body(request, config.request_max_bytes), fields)
 
-    def live(request: Request):
+    def visible(request: Request):
+        """The sandbox named in the path, as it is (a paused one stays paused)."""
         sandbox_id = request.path_params["sandbox_id"]
         if not caller_of(request).may_see(manager.owner_of(sandbox_id)):
             raise manager.not_found(sandbox_id)
         return manager.get(sandbox_id)
+
+    async def live(request: Request):
+        """The sandbox named in the path, running: a paused one is restored first."""
+        handle = visible(request)
+        await manager.wake(handle)
+        return handle
 
     def admin_only(request: Request, what: str) -> None:
         caller = caller_of(request)
@@ -136,14 +144,14 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
         return JSONResponse({"sandboxes": [manager.describe(h) for h in manager.list() if caller.may_see(manager.owner_of(h.id))]})
 
     async def get_sandbox(request: Request):
-        return JSONResponse(await manager.refresh(live(request)))
+        return JSONResponse(await manager.refresh(visible(request)))
 
     async def delete_sandbox(request: Request):
-        live(request)
+        visible(request)
         return JSONResponse(await manager.delete(request.path_params["sandbox_id"]))
 
     async def renew(request: Request):
-        handle = live(request)
+        handle = await live(request)
         data = await body(request, schemas.RENEW)
         for key in ("ttl_seconds", "extend_seconds"):  # an extension is a TTL, once
             if data.get(key, 0) > config.max_ttl_seconds:
@@ -154,31 +162,42 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
         await manager.call(handle, {"op": "renew", **data})
         return JSONResponse(manager.describe(handle))
 
+    async def pause(request: Request):
+        return JSONResponse(await manager.pause(visible(request)))
+
+    async def resume(request: Request):
+        handle = visible(request)
+        await manager.wake(handle)
+        return JSONResponse(manager.describe(handle))
+
     async def interrupt(request: Request):
-        reply = await manager.call(live(request), {"op": "interrupt"})
+        reply = await manager.call(await live(request), {"op": "interrupt"})
         return JSONResponse({"interrupted": reply.get("interrupted", False)})
 
     def forwarder(op: str, fields, keys):
         async def handler(request: Request):
-            handle = live(request)
+            handle = await live(request)
             data = await body(request, fields)
             reply = await manager.call(handle, {"op": op, **data})
             return JSONResponse({k: reply.get(k) for k in keys if k in reply})
         return handler
 
     async def execute(request: Request):
-        handle = live(request)
+        handle = visible(request)
         data = await body(request, schemas.EXECUTE)
+        restored = await manager.wake(handle)
         events = await manager.open_execute(handle, data)
 
         async def lines():
+            if restored:  # the first call after a pause waited for the restore: say so
+                yield json.dumps(V.stream_event(V.STDERR, restored)) + "\n"
             async for event in events:
                 yield json.dumps(event, ensure_ascii=False) + "\n"
 
         return StreamingResponse(lines(), media_type=NDJSON, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     async def run_command(request: Request):
-        handle = live(request)
+        handle = await live(request)
         # Room for the largest stdin as base64 on top of the usual body limit.
         raw = await read_body(request, config.request_max_bytes + commands.MAX_STDIN_BASE64)
         data = commands.prepare(schemas.parse(raw, schemas.COMMAND))
@@ -191,11 +210,11 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
         return StreamingResponse(lines(), media_type=NDJSON, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     async def list_commands(request: Request):
-        reply = await manager.call(live(request), {"op": "commands"})
+        reply = await manager.call(await live(request), {"op": "commands"})
         return JSONResponse({"commands": reply.get("commands", [])})
 
     async def interrupt_command(request: Request):
-        reply = await manager.call(live(request), {"op": "command_interrupt",
+        reply = await manager.call(await live(request), {"op": "command_interrupt",
                                                    "command_id": request.path_params["command_id"]})
         return JSONResponse({"interrupted": reply.get("interrupted", False)})
 
@@ -203,7 +222,7 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
         return Workspace(handle.dir + "/workspace", handle.uid, config.file_max_bytes)
 
     async def put_file(request: Request):
-        handle = live(request)
+        handle = await live(request)
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > config.file_max_bytes:
             raise ApiError(413, "too_large", f"the file is larger than the {config.file_max_bytes} byte limit for one file")
@@ -211,16 +230,16 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
         return JSONResponse(result, status_code=201)
 
     async def get_file(request: Request):
-        ws = workspace(live(request))
+        ws = workspace(await live(request))
         fd, size = ws.open_for_read(file_path(request))
         return StreamingResponse(ws.read_chunks(fd), media_type="application/octet-stream",
                                  headers={"Content-Length": str(size)})
 
     async def list_files(request: Request):
-        return JSONResponse(await asyncio.to_thread(workspace(live(request)).list, config.files_list_max))
+        return JSONResponse(await asyncio.to_thread(workspace(await live(request)).list, config.files_list_max))
 
     async def delete_file(request: Request):
-        ws = workspace(live(request))
+        ws = workspace(await live(request))
         return JSONResponse(await asyncio.to_thread(ws.delete, file_path(request)))
 
     async def list_images(request: Request):
@@ -291,6 +310,8 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
         Route(sid, delete_sandbox, methods=["DELETE"]),
         Route(sid + "/renew", renew, methods=["POST"]),
         Route(sid + "/interrupt", interrupt, methods=["POST"]),
+        Route(sid + "/pause", pause, methods=["POST"]),
+        Route(sid + "/resume", resume, methods=["POST"]),
         Route(sid + "/execute", execute, methods=["POST"]),
         Route(sid + "/commands", run_command, methods=["POST"]),
         Route(sid + "/commands", list_commands, methods=["GET"]),

@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import re
 
-from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default, validate
+from traitlets import Bool, Dict, Enum, Float, Int, List, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
+
+from .runtime import vocabulary as V
 
 from .paths import default_state_dir
 
@@ -31,6 +33,9 @@ class ServiceConfig(Configurable):
     token = Unicode("", help="Bearer token; generated into STATE/token when empty.").tag(config=True)
 
     default_image = Unicode("default").tag(config=True)
+    default_isolation = Enum(list(V.BACKENDS), V.BWRAP, help="The isolation backend of a create that names "
+                             "none: bwrap (namespaces on the host kernel) or gvisor (runsc: a kernel of its own, "
+                             "pausable).").tag(config=True)
     ttl_seconds = Int(3600, help="Idle time after which a sandbox ends; every execute renews it.").tag(config=True)
     max_lifetime_seconds = Int(DAY, help="Absolute cap on a sandbox's life.").tag(config=True)
     max_lifetime_cap_seconds = Int(14 * DAY, help="The largest max_lifetime a request may ask for.").tag(config=True)

@@ -20,14 +20,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from . import capacity, statefile, testonly
+from . import capacity, checkpoints, statefile, testonly
 from .config import ServiceConfig
 from .egress.policy import EgressPolicy
 from .egress.service import EgressService, own_addresses
 from .errors import ApiError
 from .ids import new_sandbox_id
 from .images import ImageStore
-from .isolation import bwrap, disk, host
+from .isolation import bwrap, disk, gvisor, host
 from .isolation.host import HostResources
 from .paths import StateDir
 from .runtime import vocabulary as V
@@ -38,6 +38,7 @@ log = logging.getLogger("sandbox.manager")
 
 IDLE_CONNECTIONS = 2  # per sandbox: enough for a client that runs one cell after another
 TOMBSTONE_SECONDS = 24 * 3600
+CHECKPOINT_WAIT = 660.0  # the supervisor gives runsc checkpoint 600 s
 
 
 @dataclass
@@ -112,6 +113,7 @@ class SandboxManager:
         self.draining = config.draining  # no new sandboxes (nor pool refills); existing ones run out
         self.egress = EgressService(config.state_dir, hosts=config.egress_hosts, upstream_ca=config.egress_ca_file,
                                     own_addresses=own_addresses(config), pip_index=config.egress_pip_index)
+        self.waking: dict[str, asyncio.Lock] = {}  # per paused sandbox: one restore at a time
 
     # --------------------------------------------------------------- startup
     def prepare(self, progress=print) -> None:
@@ -174,6 +176,10 @@ class SandboxManager:
                 continue
             handle = Handle(sandbox_id, d, spec["image"], spec.get("uid"), pid=st.get("supervisor_pid"), state=st)
             alive = _pid_is_supervisor(handle.pid, d)
+            if st.get("state") == V.PAUSED and not alive:  # nothing runs; the next call restores it
+                self.live[sandbox_id] = handle
+                log.info("sandbox %s is paused (checkpoint kept)", sandbox_id)
+                continue
             reply = None
             if alive:
                 try:
@@ -231,7 +237,8 @@ class SandboxManager:
         finally:
             writer.close()
         if reply.get("error"):
-            raise ApiError(409 if reply["error"] == "conflict" else 503, reply["error"], reply.get("message", ""))
+            raise ApiError(409 if reply["error"] == "conflict" else 503, reply["error"], reply.get("message", ""),
+                           extra={"reason": reply["reason"]} if reply.get("reason") else None)
         if "state" in reply and isinstance(reply["state"], dict):
             handle.state = reply["state"]
         return reply
@@ -473,6 +480,12 @@ class SandboxManager:
         st = handle.recorded_state()
         if alive and st.get("state") not in V.ENDED_STATES:
             return
+        if st.get("state") == V.PAUSED:  # its supervisor exited after the checkpoint, as it should
+            if alive and handle.process is not None:
+                self.reaping.append(handle.process)
+            handle.state, handle.process = st, None
+            self._drop_idle(handle)
+            return
         if alive and handle.process is not None:
             self.reaping.append(handle.process)
         if st.get("state") not in V.ENDED_STATES:
@@ -535,15 +548,18 @@ class SandboxManager:
         limits = self._limits(request)
         capacity.check(self.config, self.host(), limits, ttl, max_life, self.usage())
         ttl = min(ttl, max_life)
+        backend = self._backend(request)
         claim = {"op": "claim", "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
                  "metadata": request.get("metadata") or {}, "limits": limits}
         self.reserved.append(limits)
         try:
             # A warm sandbox was launched without egress: a policy needs a launch of its own.
-            handle = await self._claim_from_pool(image, limits, claim) if egress is None else None
+            pooled_ok = egress is None and backend == V.BWRAP
+            handle = await self._claim_from_pool(image, limits, claim) if pooled_ok else None
             if handle is None:
                 handle = await self._spawn(image, limits, ttl, max_life, pooled=False, metadata=claim["metadata"],
-                                           egress=egress, owner=owner)
+                                           egress=egress, owner=owner, isolation=backend,
+                                           on_idle=request.get("on_idle") or V.ON_IDLE_DELETE)
                 handle.state["from_pool"] = False
         finally:
             self.reserved.remove(limits)
@@ -554,6 +570,21 @@ class SandboxManager:
         self._refill_soon()
         return self.describe(handle)
 
+    def _backend(self, request: dict) -> str:
+        """The isolation a create asks for (else the server's default), checked before anything starts."""
+        backend = request.get("isolation") or self.config.default_isolation
+        if backend == V.GVISOR:
+            ok, why = gvisor.available()
+            if not ok:
+                raise ApiError(422, "invalid_request", f"isolation 'gvisor' is not available on this server: {why}")
+        if request.get("egress") and backend == V.GVISOR:
+            raise ApiError(422, "invalid_request", "egress is not available with isolation 'gvisor' yet (its proxy "
+                                                   "reaches the sandbox through a host socket, which a checkpoint cannot save)")
+        if request.get("on_idle") == V.ON_IDLE_PAUSE and backend != V.GVISOR:
+            raise ApiError(422, "invalid_request", "on_idle 'pause' needs isolation 'gvisor' (only a gVisor sandbox "
+                                                   "can be checkpointed)")
+        return backend
+
     def host(self) -> capacity.Host:
         """The host now, its free disk less what live workspaces may still grow by."""
         committed = sum(capacity.unwritten_mb(host.workspace_image(h.dir), (h.state.get("limits") or {}).get("disk_mb", 0))
@@ -562,7 +593,7 @@ class SandboxManager:
 
     def usage(self) -> dict:
         """What live claimed sandboxes (and creates under way) hold; the warm pool is not counted."""
-        claimed = [h.state.get("limits") or {} for h in self.live.values() if h.state.get("state") != V.POOLED]
+        claimed = [_held(h.state) for h in self.live.values() if h.state.get("state") != V.POOLED]
         return capacity.usage(claimed + self.reserved)
 
     def capacity_report(self) -> dict:
@@ -604,7 +635,8 @@ class SandboxManager:
         return None
 
     async def _spawn(self, image: str, limits: dict, ttl: int, max_life: int, *, pooled: bool,
-                     metadata: dict | None = None, egress: EgressPolicy | None = None, owner: int | None = None) -> Handle:
+                     metadata: dict | None = None, egress: EgressPolicy | None = None, owner: int | None = None,
+                     isolation: str = V.BWRAP, on_idle: str = V.ON_IDLE_DELETE) -> Handle:
         image_info = self.images.get(image)
         sandbox_id = new_sandbox_id(self.config.node_id)
         d = self.state.sandbox(sandbox_id)
@@ -622,6 +654,7 @@ class SandboxManager:
             "workspace": workspace, "seccomp": self.config.seccomp, "use_cgroups": self.root,
             "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path, "bwrap_version": self.bwrap_version,
             "unsafe_test_only_layers_off": testonly.honoured(self.config),
+            "isolation_backend": isolation, "on_idle": on_idle,
         }
         if egress is not None:
             spec["egress"] = await self.egress.prepare(sandbox_id, d, egress, uid, owner)
@@ -629,12 +662,27 @@ class SandboxManager:
         # Until the supervisor reports, a pool sandbox must already look pooled (hidden from
         # GET /v1/sandboxes and from get), not like a user's sandbox with no state.
         handle = Handle(sandbox_id, d, image, uid, state={"state": V.POOLED if pooled else V.BOOTING})
+        ready = await self._start_supervisor(handle)
+        if not ready.get("ok"):
+            self.egress.close(sandbox_id)
+            await self._wait_for_exit(handle)
+            self.live.pop(sandbox_id, None)
+            self.ended.pop(sandbox_id, None)
+            log.error("sandbox %s failed to start: %s (logs kept in %s)", sandbox_id, ready.get("error"), d)
+            raise ApiError(503, "unavailable", f"the sandbox could not start: {ready.get('error')}")
+        handle.state = ready["state"]
+        return handle
+
+    async def _start_supervisor(self, handle: Handle, *extra: str) -> dict:
+        """Start a sandbox's supervisor (``--restore``: from its checkpoint) and return what
+        it reported once ready (``ok``, ``state``) or why it could not start."""
+        d, sandbox_id = handle.dir, handle.id
         read_fd, write_fd = os.pipe()
         log_file = open(os.path.join(d, "supervisor.log"), "ab")
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}
         try:
             handle.process = subprocess.Popen(
-                [sys.executable, "-m", "sandbox.supervisor", d, "--ready-fd", str(write_fd)],
+                [sys.executable, "-m", "sandbox.supervisor", d, "--ready-fd", str(write_fd), *extra],
                 pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                 start_new_session=True, env=env, cwd="/",
             )
@@ -650,15 +698,52 @@ class SandboxManager:
             ready = json.loads(line) if line else {"ok": False, "error": "the supervisor exited during start-up"}
         except ValueError:
             ready = {"ok": False, "error": f"the supervisor said: {line[:200]!r}"}
-        if not ready.get("ok"):
-            self.egress.close(sandbox_id)
-            await self._wait_for_exit(handle)
-            self.live.pop(sandbox_id, None)
-            self.ended.pop(sandbox_id, None)
-            log.error("sandbox %s failed to start: %s (logs kept in %s)", sandbox_id, ready.get("error"), d)
-            raise ApiError(503, "unavailable", f"the sandbox could not start: {ready.get('error')}")
-        handle.state = ready["state"]
-        return handle
+        return ready
+
+    # ----------------------------------------------------------- pause/resume
+    async def pause(self, handle: Handle) -> dict:
+        """Checkpoint a gVisor sandbox (see Supervisor.pause); its supervisor then exits."""
+        if handle.state.get("state") == V.PAUSED:
+            return self.describe(handle)
+        await self.call(handle, {"op": "pause"}, timeout=CHECKPOINT_WAIT)
+        await self._wait_for_exit(handle)
+        return self.describe(handle)
+
+    async def wake(self, handle: Handle) -> str | None:
+        """Restore a paused sandbox before a call that needs it running; a note saying so
+        (for the execute stream), or None when it was not paused. Callers that arrive while a
+        restore is under way wait for that one."""
+        if handle.state.get("state") != V.PAUSED:
+            return None
+        lock = self.waking.setdefault(handle.id, asyncio.Lock())
+        async with lock:
+            if handle.state.get("state") != V.PAUSED:
+                return None
+            checkpoint = handle.state.get("checkpoint") or {}
+            log.info("restoring paused sandbox %s", handle.id)
+            ready = await self._start_supervisor(handle, "--restore")
+            if not ready.get("ok"):
+                await self._wait_for_exit(handle)
+                handle.state = handle.recorded_state()
+                if ready.get("reason") == V.RESTORE_VERSION_MISMATCH:
+                    raise ApiError(409, "conflict", ready.get("error") or "version mismatch",
+                                   extra={"reason": V.RESTORE_VERSION_MISMATCH})
+                raise ApiError(503, "unavailable", f"the paused sandbox could not be restored: {ready.get('error')}")
+            handle.state = ready["state"]
+        size = checkpoint.get("size_bytes") or 0
+        return (f"[sandbox: restored from its checkpoint of {size / 1e6:.1f} MB taken at {checkpoint.get('taken_at')}, "
+                f"in {handle.state.get('restored_in_seconds')} s; variables kept]\n")
+
+    async def _end_paused(self, handle: Handle, state: str, message: str) -> None:
+        """End a paused sandbox: nothing runs, so its record, checkpoint and workspace go."""
+        st = handle.recorded_state()
+        V.advance(st, state, end_message=message)
+        st["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        statefile.write_json(os.path.join(handle.dir, "state.json"), st)
+        await asyncio.to_thread(checkpoints.discard, handle.dir)
+        self.live.pop(handle.id, None)
+        self.waking.pop(handle.id, None)
+        self._bury(handle.id, st, handle.dir)
 
     def describe(self, handle: Handle) -> dict:
         st = handle.state
@@ -667,8 +752,8 @@ class SandboxManager:
             "state": st.get("state"),
             "image": handle.image,
             "created_at": st.get("created_at"),
-            "expires_at": st.get("expires_at"),
-            "max_expires_at": st.get("max_expires_at"),
+            "expires_at": statefile.iso(st.get("expires_at")),
+            "max_expires_at": statefile.iso(st.get("max_expires_at")),
             "ttl_seconds": st.get("ttl_seconds"),
             "execution_count": st.get("execution_count", 0),
             "executing": bool(st.get("executing")),
@@ -684,10 +769,21 @@ class SandboxManager:
         egress = self.egress.describe(handle.id)
         if egress is not None:
             out["egress"] = egress
+        if (st.get("isolation") or {}).get("backend") == V.GVISOR:
+            out["on_idle"] = st.get("on_idle") or V.ON_IDLE_DELETE
+            out["paused_at"] = st.get("paused_at")
+            out["checkpoint"] = st.get("checkpoint")
         return out
 
     async def refresh(self, handle: Handle) -> dict:
-        await self.call(handle, {"op": "status"})
+        if handle.state.get("state") != V.PAUSED:  # a paused one has no supervisor to ask
+            try:
+                await self.call(handle, {"op": "status"})
+            except ApiError:
+                recorded = handle.recorded_state()
+                if recorded.get("state") != V.PAUSED:  # it paused just now: its supervisor is leaving
+                    raise
+                handle.state = recorded
         return self.describe(handle)
 
     async def delete(self, sandbox_id: str, reason: str = "it was deleted") -> dict:
@@ -697,6 +793,9 @@ class SandboxManager:
 
     async def end(self, handle: Handle, reason: str) -> None:
         """Delete one sandbox, claimed or pooled, and wait until its processes are gone."""
+        if handle.state.get("state") == V.PAUSED and not self._supervisor_alive(handle):
+            await self._end_paused(handle, V.DELETED, reason)
+            return
         try:
             await self.call(handle, {"op": "delete", "message": reason})
         except ApiError:
@@ -722,6 +821,10 @@ class SandboxManager:
             try:
                 for handle in list(self.live.values()):
                     self._check_handle(handle)
+                    if handle.state.get("state") == V.PAUSED and not self._supervisor_alive(handle):
+                        cap = handle.state.get("max_expires_at")
+                        if cap is not None and statefile.epoch(cap) <= time.time():
+                            await self._end_paused(handle, V.EXPIRED, "it reached its maximum lifetime while paused")
                 self.reaping = [p for p in self.reaping if p.poll() is None]
                 cutoff = time.time() - TOMBSTONE_SECONDS
                 for sandbox_id in list(self.ended):
@@ -776,6 +879,14 @@ class SandboxManager:
         return {name: {"ready": len([i for i in q if i in self.live]), "target": self.pool_target(name),
                        "preload": (self.images.get(name) or {}).get("preload", [])}
                 for name, q in self.pool.items()}
+
+
+def _held(st: dict) -> dict:
+    """What a sandbox holds of the host: all its limits, or only its disk when paused."""
+    limits = st.get("limits") or {}
+    if st.get("state") == V.PAUSED:
+        return {"disk_mb": limits.get("disk_mb", 0)}
+    return limits
 
 
 def _read_line(fd: int) -> str:

@@ -126,6 +126,14 @@ def openapi_document() -> dict:
         },
         "/v1/sandboxes/{sandbox_id}/renew": {"post": _op("Renew the TTL", params=sid, body=_json_body(schemas.RENEW), errors=(400, 401, 404, 410, 413, 422))},
         "/v1/sandboxes/{sandbox_id}/interrupt": {"post": _op("Interrupt the running cell", params=sid)},
+        "/v1/sandboxes/{sandbox_id}/pause": {"post": _op(
+            "Pause a gvisor sandbox: checkpoint its live interpreter to disk and free its memory; the next call "
+            "restores it. 409 with a reason (not_supported, busy, not_running, checkpoint_failed) when it cannot",
+            params=sid, errors=(401, 404, 409, 410), ok_schema=sandbox_ref)},
+        "/v1/sandboxes/{sandbox_id}/resume": {"post": _op(
+            "Restore a paused sandbox now (any other call does it too); 409 version_mismatch when its checkpoint "
+            "was taken under another runsc or image", params=sid, errors=(401, 404, 409, 410, 503),
+            ok_schema=sandbox_ref)},
         "/v1/sandboxes/{sandbox_id}/execute": {"post": _op("Run code; events stream as NDJSON", params=sid,
                                                            body=_json_body(schemas.EXECUTE), content="application/x-ndjson",
                                                            errors=(400, 401, 404, 410, 413, 422),

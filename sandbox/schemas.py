@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import ApiError
+from .runtime import vocabulary as V
 
 DAY = 86400
 
@@ -111,6 +112,12 @@ CREATE = {
                                                "(unix socket only: the kernel's link; default false)."),
     "egress": Field(dict, schema=EGRESS, description="Network access through the server's egress proxy, to the "
                     "listed hosts only (default: none, no network at all)."),
+    "isolation": Field(str, pattern="|".join(V.BACKENDS), description="The isolation backend: 'bwrap' "
+                       "(namespaces and seccomp on the host kernel) or 'gvisor' (runsc: a kernel of its own between "
+                       "the code and the host's; can pause). Default: the server's default_isolation."),
+    "on_idle": Field(str, pattern="|".join(V.ON_IDLE), description="What the idle TTL does when it runs out: "
+                     "'delete' (the default) or 'pause' (gvisor only: checkpoint to disk, restored on the next call; "
+                     "the maximum lifetime still applies)."),
 }
 SECRET = {
     "value": Field(str, required=True, max_length=16 * 1024, description="The secret; never returned, logged or "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from datetime import datetime, timezone
 
 
 def write_json(path: str, data: dict, mode: int = 0o600, durable: bool = True) -> None:
@@ -43,3 +44,17 @@ def read_json(path: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def iso(ts: float | str | None) -> str | None:
+    """A time as people and the API read it (UTC, milliseconds, ``Z``)."""
+    if ts is None or isinstance(ts, str):
+        return ts
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def epoch(value) -> float:
+    """A recorded time as seconds: state files hold seconds, status replies ISO strings."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

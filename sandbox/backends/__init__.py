@@ -25,13 +25,23 @@ class Launch:
     """
 
     spec: dict
-    channel_fd: int
+    channel_fd: int | None  # None for a backend whose channel is its process's stdin and stdout
     child_setup: Callable[[], None]
     isolation: dict = field(default_factory=dict)
+    sandbox_dir: str = ""
+    restore: bool = False  # bring a paused sandbox back from its checkpoint (gvisor)
+
+
+#: A backend's ``channel``: the runtime's channel is a socket passed as an fd (``SOCKET``),
+#: or the process's stdin and stdout, its diagnostics on stderr (``STDIO``: gVisor, where a
+#: host socket inside the container would make a checkpoint fail).
+SOCKET, STDIO = "socket", "stdio"
 
 
 class Backend(Protocol):
     name: str
+    channel: str  # SOCKET or STDIO
+    as_root: bool  # the tool runs as root (runsc); child_setup then only joins the cgroup
 
     async def spawn(self, launch: Launch) -> asyncio.subprocess.Process:
         """Start the runtime isolated, its channel on ``launch.channel_fd``; stdout and stderr
@@ -55,5 +65,11 @@ def _bubblewrap() -> Backend:
     return BubblewrapBackend()
 
 
+def _gvisor() -> Backend:
+    from .gvisor import GvisorBackend
+
+    return GvisorBackend()
+
+
 # name -> a factory; imported lazily so a backend's imports cost only its own sandboxes
-BACKENDS: dict[str, Callable[[], Backend]] = {"bwrap": _bubblewrap}
+BACKENDS: dict[str, Callable[[], Backend]] = {"bwrap": _bubblewrap, "gvisor": _gvisor}

@@ -12,11 +12,13 @@ import os
 import subprocess
 
 from ..isolation import bwrap
-from . import Launch
+from . import SOCKET, Launch
 
 
 class BubblewrapBackend:
     name = "bwrap"
+    channel = SOCKET
+    as_root = False
 
     async def spawn(self, launch: Launch) -> asyncio.subprocess.Process:
         spec, isolation = launch.spec, launch.isolation

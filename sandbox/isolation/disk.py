@@ -38,11 +38,23 @@ def create(image: str, mountpoint: str, size_mb: int, owner: int | None) -> None
     os.chmod(mountpoint, 0o700)
 
 
-def destroy(image: str, mountpoint: str) -> None:
+def mount(image: str, mountpoint: str) -> None:
+    """Mount an existing workspace again (a paused sandbox being restored, after a reboot too)."""
+    if not os.path.ismount(mountpoint):
+        os.makedirs(mountpoint, exist_ok=True)
+        _run(["mount", "-o", "loop,nosuid,nodev", image, mountpoint])
+
+
+def unmount(mountpoint: str) -> None:
+    """Unmount a workspace and keep its image (a paused sandbox's files stay on disk)."""
     if os.path.ismount(mountpoint):
         subprocess.run(["umount", mountpoint], capture_output=True)
         if os.path.ismount(mountpoint):
             subprocess.run(["umount", "-l", mountpoint], capture_output=True)
+
+
+def destroy(image: str, mountpoint: str) -> None:
+    unmount(mountpoint)
     try:
         os.unlink(image)
     except FileNotFoundError:

@@ -36,8 +36,9 @@ class HostResources:
         self.pids_baseline = 0
         self.rlimits: list[tuple[int, int]] = []
 
-    def acquire(self, isolation: dict) -> None:
-        """Create the cgroup and the workspace filesystem; report both in ``isolation``."""
+    def acquire(self, isolation: dict, restoring: bool = False) -> None:
+        """Create the cgroup and the workspace filesystem (mount the kept one when
+        ``restoring`` a paused sandbox); report both in ``isolation``."""
         spec, limits = self.spec, self.spec["limits"]
         support = cgroups.detect() if spec.get("use_cgroups", True) else cgroups.CgroupSupport(None, {}, "disabled")
         enforced: dict[str, str] = {}
@@ -53,7 +54,10 @@ class HostResources:
                 enforced[name] = "rlimit"
         for key in ("memory", "pids", "cpu"):
             enforced.setdefault(key, "none")
-        if spec.get("disk_quota"):
+        if spec.get("disk_quota") and restoring:
+            disk.mount(self.workspace_image, self.workspace)
+            disk_mode = f"ext4 loop filesystem of {limits['disk_mb']} MiB"
+        elif spec.get("disk_quota"):
             disk.create(self.workspace_image, self.workspace, limits["disk_mb"], spec.get("uid"))
             disk_mode = f"ext4 loop filesystem of {limits['disk_mb']} MiB"
         else:
@@ -77,9 +81,13 @@ class HostResources:
             rl.append((resource.RLIMIT_AS, (int(limits["memory_mb"]) + 2048) * 1024 * 1024))
         return rl
 
-    def child_setup(self):
-        """What the forked child does before it executes the backend's tool."""
+    def child_setup(self, as_root: bool = False):
+        """What the forked child does before it executes the backend's tool: join the
+        cgroup and, unless the tool must run as root (runsc, whose container carries its
+        own rlimits and uid), set the rlimits and drop to the sandbox's uid."""
         cgroup, rlimits, uid = self.cgroup, self.rlimits, self.spec.get("uid")
+        if as_root:
+            rlimits, uid = [], None
 
         def in_child() -> None:
             if cgroup is not None:
@@ -98,13 +106,17 @@ class HostResources:
         if self.cgroup is not None:
             self.cgroup.kill_all()
 
-    def release(self) -> None:
+    def release(self, keep_workspace: bool = False) -> None:
         """Give it all back: kill what is left in the cgroup and remove it, unmount and
-        delete the workspace image. Safe on resources half acquired, and twice."""
+        delete the workspace image (only unmount it with ``keep_workspace``: a paused
+        sandbox's files wait on disk for its restore). Safe on resources half acquired, and twice."""
         self.kill_processes()
         if self.cgroup is not None:
             self.cgroup.remove()
-        disk.destroy(self.workspace_image, self.workspace)
+        if keep_workspace:
+            disk.unmount(self.workspace)
+        else:
+            disk.destroy(self.workspace_image, self.workspace)
 
     @classmethod
     def left_behind(cls, sandbox_dir: str, record: dict) -> "HostResources":

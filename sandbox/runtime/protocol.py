@@ -48,6 +48,26 @@ def decode(payload: bytes) -> dict:
     return message
 
 
+#: The runtime's argument naming its channel "the container's stdin and stdout" (gVisor);
+#: otherwise the argument is the fd of a socket (bwrap).
+STDIO_CHANNEL = "stdio"
+
+
+class _PipePair:
+    """The two calls SocketChannel makes of a socket, over a pipe each way."""
+
+    def __init__(self, read_fd: int, write_fd: int):
+        self.read_fd, self.write_fd = read_fd, write_fd
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.write_fd, view):]
+
+    def recv(self, n: int) -> bytes:
+        return os.read(self.read_fd, n)
+
+
 class SocketChannel:
     """Blocking frames over a socket, safe to send from several threads (the runtime's side)."""
 
@@ -59,6 +79,11 @@ class SocketChannel:
     @classmethod
     def from_fd(cls, fd: int) -> "SocketChannel":
         return cls(socket.socket(fileno=fd))
+
+    @classmethod
+    def from_pipes(cls, read_fd: int, write_fd: int) -> "SocketChannel":
+        """The channel over two pipes (gVisor: the container's stdin and stdout)."""
+        return cls(_PipePair(read_fd, write_fd))
 
     def send(self, message: dict) -> None:
         data = encode(message)

@@ -24,7 +24,7 @@ from . import vocabulary as V
 from .capture import OutputBudget, PipeDrain
 from .commands import CommandRunner
 from .display import clean_bundle, clean_metadata
-from .protocol import SocketChannel
+from .protocol import STDIO_CHANNEL, SocketChannel
 
 
 #: The events that answer a cell, and the slack each gets once per execution past the budget.
@@ -318,6 +318,23 @@ def _close_inherited_fds(keep: set[int]) -> None:
                 pass  # the listing's own, already closed
 
 
+def _open_channel(arg: str) -> SocketChannel:
+    """The channel named by the runtime's argument: a socket's fd (bwrap), or ``stdio``.
+
+    Under gVisor the channel is the container's stdin (requests) and stdout (frames): a
+    host socket passed in would make a checkpoint fail, host pipes are re-attached on
+    restore. They move off fds 0 and 1, which then read /dev/null and feed the capture pipes.
+    """
+    if arg != STDIO_CHANNEL:
+        return SocketChannel.from_fd(int(arg))
+    read_fd, write_fd = os.dup(0), os.dup(1)
+    null = os.open("/dev/null", os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    return SocketChannel.from_pipes(read_fd, write_fd)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     _close_inherited_fds({int(argv[0])} if argv and argv[0].isdigit() else set())
@@ -330,7 +347,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str], diag: int) -> None:
-    channel_fd = int(argv[0])
     # Commands start from the environment the sandbox booted with, not from what cells do
     # to os.environ later; the runtime's own settings are not theirs.
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_")}
@@ -343,7 +359,7 @@ def _main(argv: list[str], diag: int) -> None:
     # The supervisor ignores SIGINT and that disposition is inherited through bwrap; Python
     # then installs no KeyboardInterrupt handler, so interrupts would be silently ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    channel = SocketChannel.from_fd(channel_fd)
+    channel = _open_channel(argv[0])
     egress_forwarder.start_from_environment()  # HTTP(S)_PROXY on loopback, when the sandbox has egress
     runtime = Runtime(channel, output_limit)
     runtime.commands = CommandRunner(runtime.send, base_env, output_limit)

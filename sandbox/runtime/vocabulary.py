@@ -158,8 +158,12 @@ DEAD = "dead"
 EXPIRED = "expired"
 DELETED = "deleted"
 LOST = "lost"
+# A gVisor sandbox checkpointed to its state directory: no process, its memory on disk; the
+# next call restores it (a new supervisor, `runsc restore`), even after a host reboot.
+PAUSED = "paused"
 
-LIVE_STATES = frozenset({BOOTING, POOLED, RUNNING})
+#: Not ended: a paused sandbox is among them (it comes back), though nothing of it runs.
+LIVE_STATES = frozenset({BOOTING, POOLED, RUNNING, PAUSED})
 ENDED_STATES = frozenset({DEAD, EXPIRED, DELETED, LOST})
 STATES = LIVE_STATES | ENDED_STATES
 
@@ -168,7 +172,8 @@ STATES = LIVE_STATES | ENDED_STATES
 TRANSITIONS: dict[str, frozenset] = {
     BOOTING: frozenset({POOLED, RUNNING, DEAD, EXPIRED, DELETED, LOST}),
     POOLED: frozenset({RUNNING, DEAD, EXPIRED, DELETED, LOST}),
-    RUNNING: frozenset({DEAD, EXPIRED, DELETED, LOST}),
+    RUNNING: frozenset({PAUSED, DEAD, EXPIRED, DELETED, LOST}),
+    PAUSED: frozenset({RUNNING, DEAD, EXPIRED, DELETED, LOST}),
     DEAD: frozenset(),
     EXPIRED: frozenset(),
     DELETED: frozenset(),
@@ -196,6 +201,29 @@ def advance(record: dict, new: str, **fields) -> dict:
     record["state"] = new
     record.update(fields)
     return record
+
+
+# ------------------------------------------------------------- isolation backends
+BWRAP = "bwrap"    # bubblewrap: namespaces, seccomp and cgroups around a process on the host kernel
+GVISOR = "gvisor"  # gVisor (runsc): a kernel of its own between the code and the host's; pausable
+BACKENDS = (BWRAP, GVISOR)
+
+#: What a sandbox's idle TTL does when it runs out (``on_idle`` at create): end it, or
+#: pause it (gVisor only; a paused sandbox then lives on until its maximum lifetime).
+ON_IDLE_DELETE = "delete"
+ON_IDLE_PAUSE = "pause"
+ON_IDLE = (ON_IDLE_DELETE, ON_IDLE_PAUSE)
+
+#: Why a pause was refused (``reason`` of the 409): the sandbox is not a gVisor one, it is
+#: busy (a cell or command running: a checkpoint mid-call could not be answered), it is not
+#: running, or the checkpoint itself failed (the sandbox keeps running if it still can).
+PAUSE_NOT_SUPPORTED = "not_supported"
+PAUSE_BUSY = "busy"
+PAUSE_NOT_RUNNING = "not_running"
+PAUSE_FAILED = "checkpoint_failed"
+#: A paused sandbox whose checkpoint cannot be restored here (another runsc or image).
+RESTORE_VERSION_MISMATCH = "version_mismatch"
+PAUSE_REFUSALS = (PAUSE_NOT_SUPPORTED, PAUSE_BUSY, PAUSE_NOT_RUNNING, PAUSE_FAILED, RESTORE_VERSION_MISMATCH)
 
 
 # ----------------------------------------------------------------- event fields

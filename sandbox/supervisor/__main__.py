@@ -1,4 +1,5 @@
-"""``python -m sandbox.supervisor SANDBOX_DIR --ready-fd N``: how the server starts a supervisor."""
+"""``python -m sandbox.supervisor SANDBOX_DIR --ready-fd N [--restore]``: how the server starts a
+supervisor (``--restore``: for a paused sandbox, from its checkpoint)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from ..runtime import vocabulary as V
 from .lifecycle import Supervisor
 
 
-async def amain(sandbox_dir: str, ready_fd: int | None) -> int:
-    supervisor = Supervisor(sandbox_dir)
+async def amain(sandbox_dir: str, ready_fd: int | None, restore: bool = False) -> int:
+    supervisor = Supervisor(sandbox_dir, restoring=restore)
     loop = asyncio.get_running_loop()
     # SIGTERM to a supervisor means "end this sandbox" (the server's SIGTERM never reaches
     # us: we are in our own session). SIGHUP/SIGINT are ignored for the same reason.
@@ -26,11 +27,14 @@ async def amain(sandbox_dir: str, ready_fd: int | None) -> int:
         await supervisor.start()
     except Exception as exc:
         message = str(exc) or type(exc).__name__
-        if V.can_move(supervisor.record["state"], V.DEAD):
+        if supervisor.restoring:  # it stays paused: its checkpoint is kept for another try
+            supervisor.record["restore_error"] = message
+        elif V.can_move(supervisor.record["state"], V.DEAD):
             V.advance(supervisor.record, V.DEAD, dead_reason=V.FAILED_TO_START, dead_message=message)
         await supervisor.teardown()
         if ready_fd is not None:
-            os.write(ready_fd, (json.dumps({"ok": False, "error": message}) + "\n").encode())
+            reply = {"ok": False, "error": message, "reason": getattr(exc, "reason", None)}
+            os.write(ready_fd, (json.dumps(reply) + "\n").encode())
             os.close(ready_fd)
         traceback.print_exc()
         return 1
@@ -42,10 +46,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sandbox.supervisor")
     parser.add_argument("sandbox_dir")
     parser.add_argument("--ready-fd", type=int)
+    parser.add_argument("--restore", action="store_true", help="restore the paused sandbox from its checkpoint")
     args = parser.parse_args(argv)
     # The default loop, not uvloop: uvloop's subprocess_exec sets bwrap's argv[0] to its host
     # path, and bwrap (the sandbox's pid 1) would show the host's layout in /proc/1/cmdline.
-    sys.exit(asyncio.run(amain(args.sandbox_dir, args.ready_fd)))
+    sys.exit(asyncio.run(amain(args.sandbox_dir, args.ready_fd, args.restore)))
 
 
 if __name__ == "__main__":

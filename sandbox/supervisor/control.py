@@ -19,6 +19,7 @@ from ..runtime import vocabulary as V
 from ..runtime.protocol import ProtocolError, read_frame, write_frame
 from .commands import CommandSession, interrupt_command
 from .execute import ExecuteSession
+from .pausing import pause
 from .record import iso
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ class ControlServer:
                     except Exception as exc:  # report, never crash the supervisor
                         reply = {"error": "unavailable", "message": str(exc) or type(exc).__name__}
                 await write_frame(writer, reply)
+                if self.record["state"] == V.PAUSED:
+                    self.supervisor.finished.set()  # paused: nothing left to supervise until a restore
         except (EOFError, ConnectionError, ProtocolError):
             pass
         finally:
@@ -88,6 +91,9 @@ class ControlServer:
 
     async def op_ping(self, request: dict) -> dict:
         return {"ok": True}
+
+    async def op_pause(self, request: dict) -> dict:
+        return await pause(self.supervisor, request.get("message") or "it was asked to pause")
 
     async def op_status(self, request: dict) -> dict:
         return {"ok": True, "state": self.supervisor.public_state()}

@@ -1,7 +1,7 @@
 """The deadlines a supervisor keeps even when no server is running.
 
 The TTL (slid by every execute, command and renew; see ``StateRecord.touch``) ends an
-idle sandbox, the absolute lifetime cap ends any sandbox, and a cell or command that
+idle sandbox (or pauses it, with ``on_idle: "pause"``), the absolute lifetime cap ends any sandbox, and a cell or command that
 ignores its interrupt for INTERRUPT_GRACE seconds is escalated (``execute``, ``commands``).
 """
 
@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..runtime import vocabulary as V
+from .pausing import pause
 
 if TYPE_CHECKING:
     from .lifecycle import Supervisor
@@ -30,7 +31,13 @@ async def watch_deadlines(supervisor: "Supervisor") -> None:
                                  f"{supervisor.spec['max_lifetime_seconds']} s")
             return
         if (now >= record["expires_at"] and channel.cell is None and not supervisor.exec_lock.locked()
-                and not channel.commands):
+                and not channel.commands and record["state"] in (V.RUNNING, V.POOLED)):
             what = "pool idle time" if record["pooled"] else f"TTL of {record['ttl_seconds']} s"
+            if supervisor.spec.get("on_idle") == V.ON_IDLE_PAUSE:  # sleep on disk instead of ending
+                reply = await pause(supervisor, f"it was not used within its {what}")
+                if reply.get("ok"):
+                    supervisor.finished.set()
+                    return
+                what += f", and could not be paused ({reply.get('message')})"
             await supervisor.end(V.EXPIRED, f"it was not used within its {what}")
             return

@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 
 from .. import testonly
-from ..backends import Launch, backend_for
+from ..backends import SOCKET, STDIO, Launch, backend_for
 from ..isolation.host import HostResources
 from ..runtime import framecheck
 from ..runtime import vocabulary as V
@@ -31,27 +31,40 @@ class Launched:
     log_task: asyncio.Task
 
 
-async def launch(sandbox_dir: str, spec: dict, host: HostResources, isolation: dict) -> Launched:
+async def launch(sandbox_dir: str, spec: dict, host: HostResources, isolation: dict,
+                 restore: bool = False) -> Launched:
     """Start the sandbox (its host resources acquired) and wait for its runtime's `ready`;
-    the backend completes ``isolation``.
+    the backend completes ``isolation``. ``restore``: bring a paused sandbox back from its
+    checkpoint; its runtime was running when it was saved and sends no `ready`.
 
     Raises RuntimeError saying why (LaunchFailed, with the runtime log's tail, once there
     is a process to end) if it does not start.
     """
     backend = backend_for(spec)
-    parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    plan = Launch(spec=spec, channel_fd=child_sock.fileno(), child_setup=host.child_setup(), isolation=isolation)
-    try:
+    child_setup = host.child_setup(as_root=getattr(backend, "as_root", False))
+    if getattr(backend, "channel", SOCKET) == STDIO:
+        plan = Launch(spec=spec, channel_fd=None, child_setup=child_setup, isolation=isolation,
+                      sandbox_dir=sandbox_dir, restore=restore)
         proc = await backend.spawn(plan)
-    finally:
-        # The channel's socket object closes its own fd: an os.close() here would leave the
-        # object to close the same number again when it is collected, by then quite
-        # possibly the control socket's listener.
-        child_sock.close()
+        log_task = asyncio.create_task(keep_log(proc.stderr, runtime_log(sandbox_dir)))
+        reader, writer = proc.stdout, proc.stdin
+    else:
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        plan = Launch(spec=spec, channel_fd=child_sock.fileno(), child_setup=child_setup, isolation=isolation,
+                      sandbox_dir=sandbox_dir, restore=restore)
+        try:
+            proc = await backend.spawn(plan)
+        finally:
+            # The channel's socket object closes its own fd: an os.close() here would leave the
+            # object to close the same number again when it is collected, by then quite
+            # possibly the control socket's listener.
+            child_sock.close()
+        log_task = asyncio.create_task(keep_log(proc.stdout, runtime_log(sandbox_dir)))
+        reader, writer = await asyncio.open_unix_connection(sock=parent_sock)
     isolation.update(testonly.isolation_notes(spec))
-    log_task = asyncio.create_task(keep_log(proc.stdout, runtime_log(sandbox_dir)))
-    reader, writer = await asyncio.open_unix_connection(sock=parent_sock)
     launched = Launched(proc, (reader, writer), {}, log_task)
+    if restore:
+        return launched
     try:
         ready = framecheck.load(await asyncio.wait_for(read_payload(reader, framecheck.FRAME_SLACK),
                                                        RUNTIME_READY_TIMEOUT))

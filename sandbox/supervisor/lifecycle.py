@@ -20,16 +20,22 @@ from .control import ControlServer, socket_path
 from .deadlines import watch_deadlines
 from .death import death_cause
 from .launch import LaunchFailed, exit_code, launch
+from .pausing import forget_container, restored
 from .record import StateRecord, iso
 
 
 class Supervisor:
-    def __init__(self, sandbox_dir: str):
+    def __init__(self, sandbox_dir: str, restoring: bool = False):
         self.dir = sandbox_dir
         self.spec = statefile.read_json(os.path.join(sandbox_dir, "spec.json"))
         if self.spec is None:
             raise SystemExit(f"no spec.json in {sandbox_dir}")
         self.record = StateRecord(sandbox_dir, self.spec)
+        # Restoring a paused sandbox: it keeps its record (times, count, limits, isolation).
+        self.restoring = restoring
+        self.pausing = False  # a checkpoint is under way: the container's exit is not a death
+        if restoring:
+            self.record.resume_from_disk()
         self.host = HostResources(sandbox_dir, self.spec)
         self.finished = asyncio.Event()
         self.channel = RuntimeChannel(self.spec, self.finished, self.kill)
@@ -47,21 +53,27 @@ class Supervisor:
         return fields
 
     async def start(self) -> None:
+        started = time.monotonic()
         isolation = self.record["isolation"]
-        await asyncio.to_thread(self.host.acquire, isolation)
+        await asyncio.to_thread(self.host.acquire, isolation, self.restoring)
         if self.host.cgroup is not None:
             self.record["cgroup_dirs"] = self.host.cgroup_dirs
         try:
-            launched = await launch(self.dir, self.spec, self.host, isolation)
+            launched = await launch(self.dir, self.spec, self.host, isolation, restore=self.restoring)
         except LaunchFailed as failed:
             self.proc = failed.launched.proc  # for teardown to end
             raise
         self.proc = launched.proc
         reader, self.channel.writer = launched.channel
-        self.record["runtime"] = {k: launched.ready.get(k) for k in ("python", "preloaded", "preload_failed")}
-        V.advance(self.record, V.POOLED if self.record["pooled"] else V.RUNNING)
+        if self.restoring:
+            self.record.touch()  # its idle time starts again now, not when it was paused
+        else:
+            self.record["runtime"] = {k: launched.ready.get(k) for k in ("python", "preloaded", "preload_failed")}
+            V.advance(self.record, V.POOLED if self.record["pooled"] else V.RUNNING)
         self.tasks = [launched.log_task, asyncio.create_task(self.channel.read(reader)),
                       asyncio.create_task(self._watch_process()), asyncio.create_task(watch_deadlines(self))]
+        if self.restoring:
+            await restored(self, started)
 
     async def serve(self, ready_fd: int | None) -> None:
         await ControlServer(self).serve(ready_fd)
@@ -69,6 +81,8 @@ class Supervisor:
 
     async def _watch_process(self) -> None:
         code = await self.proc.wait()
+        if self.pausing:
+            return  # the container stopped because it was checkpointed (see `pausing`)
         reason, message = self.kill_reason or death_cause(code, self.host, self.spec["limits"],
                                                           self.record["isolation"])
         self.record["exit_code"] = code
@@ -103,9 +117,14 @@ class Supervisor:
         self.finished.set()
 
     async def teardown(self) -> None:
+        paused = self.record["state"] == V.PAUSED  # its workspace and checkpoint stay for the restore
         if self.proc is not None and self.proc.returncode is None:
             await self.kill(*(self.kill_reason or (V.KILLED, "the supervisor ended")))
-        await asyncio.to_thread(self.host.release)
+        await asyncio.to_thread(self.host.release, paused)
+        if paused:
+            self.record.pop("cgroup_dirs", None)  # released: a later server has nothing to clean up
+        if self.spec.get("isolation_backend") == V.GVISOR:
+            await asyncio.to_thread(forget_container, self.dir, paused)
         self.record["ended_at"] = iso(time.time())
         self.record.save_if_possible()
         try:

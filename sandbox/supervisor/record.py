@@ -11,7 +11,6 @@ import asyncio
 import os
 import sys
 import time
-from datetime import datetime, timezone
 
 from .. import statefile
 from ..runtime import vocabulary as V
@@ -19,10 +18,7 @@ from ..runtime import vocabulary as V
 SAVE_DELAY = 1.0
 
 
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+iso = statefile.iso
 
 
 class StateRecord(dict):
@@ -48,9 +44,21 @@ class StateRecord(dict):
             limits=spec["limits"],
             isolation={},
             metadata=spec.get("metadata", {}),
+            on_idle=spec.get("on_idle") or V.ON_IDLE_DELETE,
         )
         self.path = os.path.join(sandbox_dir, "state.json")
         self.save_later: asyncio.TimerHandle | None = None
+
+    def resume_from_disk(self) -> None:
+        """Take over the record of the paused sandbox this supervisor restores."""
+        recorded = statefile.read_json(self.path)
+        if recorded is None or recorded.get("state") != V.PAUSED:
+            raise SystemExit(f"{os.path.dirname(self.path)} holds no paused sandbox to restore")
+        for key in ("expires_at", "max_expires_at"):
+            recorded[key] = statefile.epoch(recorded[key])
+        recorded.update(supervisor_pid=os.getpid(), booted_at=iso(time.time()))
+        self.clear()
+        self.update(recorded)
 
     def save(self, durable: bool = True) -> None:
         if self.save_later is not None:

@@ -1,0 +1,195 @@
+"""The gVisor backend: one ``runsc`` container per sandbox, from an OCI bundle of its own.
+
+gVisor puts a kernel of its own (the Sentry, a Go program) between the sandbox's code and
+the host's: the code's system calls are served by the Sentry, which itself uses a small,
+filtered set of host calls; files come through a separate gofer process. On this kind of
+host only the ``ptrace`` platform works (no nested virtualisation for ``kvm``, and Debian's
+runsc release predates ``systrap``): each system call of the sandbox is trapped with ptrace,
+which is slower than bwrap but keeps the host kernel out of the sandbox's reach.
+
+The bundle (``SANDBOX/bundle/config.json``) points at a pinned root filesystem shared by the
+sandboxes of one image (``rootfs.py``), binds the sandbox's ``/workspace`` and its own
+``/etc/passwd``, and runs the same runtime with the same protocol as bwrap. The runtime's
+channel is the container's stdin and stdout (two host pipes): runsc re-attaches a restored
+container's stdio to the restoring process's, while a host socket passed in would make the
+checkpoint fail (``Cannot save endpoint with bound host socket``). The supervisor runs
+``runsc run`` (and ``runsc restore``) in the foreground, as the parent it waits on; runsc's
+own cgroup handling is off (``--ignore-cgroups``): it runs inside the sandbox's cgroup, so the
+Sentry, the gofer and everything the code starts count against the sandbox's limits.
+
+Traps this module steers clear of: ``checkpoint --leave-running`` hangs in this release, a
+checkpoint taken while a ``runsc exec`` is attached cannot be restored (commands run inside
+the runtime, never through ``exec``), and ``runsc delete`` takes seconds (the per-sandbox
+``--root`` directory is removed instead, once every process of the container is gone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..runtime.protocol import STDIO_CHANNEL
+from . import rootfs
+from .bwrap import MPLCACHE_MOUNT, RUNTIME_MOUNT
+
+PLATFORM = "ptrace"
+
+
+@dataclass(frozen=True)
+class RunscBinary:
+    path: str
+    version: str
+
+
+@lru_cache(maxsize=1)
+def discover() -> RunscBinary | None:
+    path = shutil.which("runsc") or ("/usr/bin/runsc" if os.path.exists("/usr/bin/runsc") else None)
+    if path is None:
+        return None
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"runsc version (\S+)", out)
+    return RunscBinary(path, m.group(1)) if m else None
+
+
+def available() -> tuple[bool, str]:
+    """Whether gVisor sandboxes can run here, and why (not)."""
+    binary = discover()
+    if binary is None:
+        return False, "runsc not found (apt-get install runsc)"
+    if os.geteuid() != 0:
+        return False, "runsc needs the server to run as root"
+    return True, f"runsc {binary.version} at {binary.path}, platform {PLATFORM}"
+
+
+def runsc_root(sandbox_dir: str) -> str:
+    return os.path.join(sandbox_dir, "runsc")
+
+
+def bundle_dir(sandbox_dir: str) -> str:
+    return os.path.join(sandbox_dir, "bundle")
+
+
+def checkpoint_dir(sandbox_dir: str) -> str:
+    return os.path.join(sandbox_dir, "checkpoint")
+
+
+def global_flags(binary: RunscBinary, sandbox_dir: str) -> list[str]:
+    return [binary.path, "--root", runsc_root(sandbox_dir), "--platform", PLATFORM, "--network", "none",
+            "--ignore-cgroups"]
+
+
+def container_id(spec: dict) -> str:
+    return spec["id"]
+
+
+def run_argv(binary: RunscBinary, sandbox_dir: str, spec: dict) -> list[str]:
+    return global_flags(binary, sandbox_dir) + ["run", "--bundle", bundle_dir(sandbox_dir), container_id(spec)]
+
+
+def restore_argv(binary: RunscBinary, sandbox_dir: str, spec: dict, image_path: str) -> list[str]:
+    return global_flags(binary, sandbox_dir) + ["restore", "--image-path", image_path, "--bundle",
+                                                bundle_dir(sandbox_dir), container_id(spec)]
+
+
+def checkpoint_argv(binary: RunscBinary, sandbox_dir: str, spec: dict, image_path: str) -> list[str]:
+    return global_flags(binary, sandbox_dir) + ["checkpoint", "--image-path", image_path, container_id(spec)]
+
+
+def clear_container_state(sandbox_dir: str) -> None:
+    """Forget runsc's record of a container whose processes are all gone (instead of the
+    slow ``runsc delete``): a restore under the same id needs a clean ``--root``."""
+    shutil.rmtree(runsc_root(sandbox_dir), ignore_errors=True)
+
+
+def passwd_files(uid: int) -> tuple[bytes, bytes]:
+    passwd = f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:/tmp:/bin/sh\n"
+    group = f"root:x:0:\nsandbox:x:{uid}:\n"
+    return passwd.encode(), group.encode()
+
+
+def environment(spec: dict) -> dict[str, str]:
+    image = spec["image_info"]
+    limits = spec["limits"]
+    return {
+        "HOME": "/tmp", "USER": "sandbox", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "PATH": f"{image['venv']}/bin:/usr/local/bin:/usr/bin:/bin",
+        "VIRTUAL_ENV": image["venv"],
+        "PYTHONPATH": RUNTIME_MOUNT,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "IPYTHONDIR": "/tmp/.ipython",
+        "MPLCONFIGDIR": "/tmp/.config/matplotlib",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "SANDBOX_PRELOAD": ",".join(image.get("preload", [])),
+        "SANDBOX_OUTPUT_LIMIT": str(int(limits["output_bytes"])),
+        "SANDBOX_MPLCACHE": MPLCACHE_MOUNT if image.get("mplcache") else "",
+        "TERM": "xterm-256color",
+    }
+
+
+def write_bundle(sandbox_dir: str, spec: dict, root: dict) -> str:
+    """Write the sandbox's OCI bundle (config.json, its passwd and group) and return its path."""
+    uid = spec["uid"]
+    limits = spec["limits"]
+    bundle = bundle_dir(sandbox_dir)
+    os.makedirs(bundle, mode=0o700, exist_ok=True)
+    passwd, group = passwd_files(uid)
+    for name, data in (("passwd", passwd), ("group", group)):
+        with open(os.path.join(bundle, name), "wb") as f:
+            f.write(data)
+        os.chmod(os.path.join(bundle, name), 0o644)
+    no_caps = {k: [] for k in ("bounding", "effective", "inheritable", "permitted", "ambient")}
+    rlimits = [{"type": "RLIMIT_NOFILE", "hard": int(limits["open_files"]), "soft": int(limits["open_files"])},
+               {"type": "RLIMIT_CORE", "hard": 0, "soft": 0}]
+    if limits.get("file_mb"):
+        size = int(limits["file_mb"]) * 1024 * 1024
+        rlimits.append({"type": "RLIMIT_FSIZE", "hard": size, "soft": size})
+    ro = ["ro", "nosuid", "nodev", "noexec"]
+    config = {
+        "ociVersion": "1.0.0",
+        "process": {
+            "terminal": False,
+            "user": {"uid": uid, "gid": uid},
+            "args": [os.path.join(spec["image_info"]["venv"], "bin", "python"), "-m", "sandbox_runtime", STDIO_CHANNEL],
+            "env": [f"{k}={v}" for k, v in environment(spec).items()],
+            "cwd": "/workspace",
+            "capabilities": no_caps,
+            "rlimits": rlimits,
+            "noNewPrivileges": True,
+        },
+        "root": {"path": root["path"], "readonly": True},
+        "hostname": "sandbox",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755"]},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "nodev", "mode=1777", f"size={int(limits['tmp_mb'])}m"]},
+            {"destination": "/etc/passwd", "type": "bind", "source": os.path.join(bundle, "passwd"), "options": ["bind", *ro]},
+            {"destination": "/etc/group", "type": "bind", "source": os.path.join(bundle, "group"), "options": ["bind", *ro]},
+            {"destination": "/workspace", "type": "bind", "source": spec["workspace"],
+             "options": ["bind", "rw", "nosuid", "nodev"]},
+        ] + [
+            # An image under /tmp (a state directory there) is shadowed by the tmpfs above:
+            # its trees come back as binds of the root's own copies, mounted after it.
+            {"destination": tree, "type": "bind", "source": root["path"] + tree, "options": ["bind", *ro[:3]]}
+            for tree in rootfs.image_trees(spec["image_info"]) if tree.startswith("/tmp/")
+        ],
+        "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "network")]},
+    }
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    return bundle
+
+
+def ensure_root(spec: dict) -> dict:
+    """The pinned root filesystem of the sandbox's image (built once per version)."""
+    state_root = os.path.dirname(os.path.dirname(os.path.dirname(spec["workspace"])))
+    return rootfs.ensure(os.path.join(state_root, "rootfs"), spec["image_info"], spec["runtime_dir"])

@@ -1,0 +1,182 @@
+"""The pinned root filesystem of a gVisor sandbox, built from an image.
+
+A bwrap sandbox binds the host's ``/usr`` read-only: it runs whatever the host has today. A
+gVisor sandbox can be checkpointed and restored days later, and a restored process keeps
+libraries mapped that it loaded before: they must be the same files. So its root is a tree
+of its own, built once per (image, runtime, host libraries) and never changed:
+
+- the image's interpreter and venv layers, at the paths their absolute references expect
+  (hard links into the image, which is immutable; a copy where a link cannot be made),
+- the runtime (``/opt/sandbox-kernel``) and the matplotlib font cache,
+- the shared libraries all of that needs (the ``ldd`` closure of the interpreter and of every
+  extension module) and a few shell tools for ``!ls`` and commands, copied from the host,
+- a handful of ``/etc`` files, empty mount points for ``/workspace``, ``/tmp``, ``/proc``, ``/dev``.
+
+Its name is a hash of everything that went in (the image's recipe hash, the runtime's hash,
+and each host file's path, size and mtime): a host upgrade makes a new root for new
+sandboxes, and a checkpoint records the root it ran on (``rootfs.json``'s ``version``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+
+from .. import statefile
+from .bwrap import MPLCACHE_MOUNT, RUNTIME_MOUNT
+
+# Programs a cell's `!cmd` and a command most often run; those the host lacks are left out.
+TOOLS = ("sh", "bash", "ls", "cat", "env", "echo", "head", "tail", "wc", "grep", "sed", "sort", "uniq", "cut",
+         "tr", "mkdir", "rmdir", "rm", "cp", "mv", "ln", "touch", "chmod", "find", "xargs", "true", "false",
+         "sleep", "id", "pwd", "date", "uname", "tee", "diff", "basename", "dirname", "readlink", "stat", "du",
+         "df", "which", "kill", "test", "[", "printf", "seq", "md5sum", "sha256sum", "gzip", "tar", "awk", "mawk")
+# Loaded with dlopen, so ldd does not list them: glibc needs libgcc_s for thread cancellation.
+DLOPENED = ("libgcc_s.so.1",)
+ETC_FILES = ("/etc/localtime", "/etc/mime.types", "/etc/ssl/certs/ca-certificates.crt")
+MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Part of every root's version: bumped when the builder lays a root out differently.
+LAYOUT = 2
+MOUNT_POINTS = ("/workspace", "/tmp", "/proc", "/dev", "/sys", "/etc")
+_LDD_PATH = re.compile(r"(?:=> )?(/\S+) \(0x")
+
+
+def _ldd(paths: list[str]) -> set[str]:
+    found: set[str] = set()
+    for chunk in range(0, len(paths), 200):
+        out = subprocess.run(["ldd", *paths[chunk:chunk + 200]], capture_output=True, text=True).stdout
+        found.update(m.group(1) for m in _LDD_PATH.finditer(out))
+    return found
+
+
+def _elf_files(tree: str) -> list[str]:
+    found = []
+    for root, _, names in os.walk(tree):
+        for name in names:
+            path = os.path.join(root, name)
+            if (".so" in name or os.access(path, os.X_OK)) and os.path.isfile(path) and not os.path.islink(path):
+                try:
+                    with open(path, "rb") as f:
+                        if f.read(4) == b"\x7fELF":
+                            found.append(path)
+                except OSError:
+                    pass
+    return found
+
+
+def _library_dirs() -> list[str]:
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    return sorted({os.path.dirname(p) for p in re.findall(r"=> (/\S+)", out)})
+
+
+def image_trees(image: dict) -> list[str]:
+    """Where the image's trees sit in the sandbox: the interpreter's prefix, each venv layer."""
+    return [image["python_prefix"]] * bool(image.get("python_copy")) + list(image.get("layers") or [image["venv"]])
+
+
+def host_files(image: dict) -> list[str]:
+    """Every host file (outside the image) the root needs: tools, libraries, /etc files."""
+    tools = [shutil.which(t, path="/usr/bin:/bin") for t in TOOLS]
+    tools = sorted({t for t in tools if t})
+    python_tree = image.get("python_copy") or image["python_prefix"]
+    elves = _elf_files(python_tree if image.get("python_copy") else os.path.join(python_tree, "bin"))
+    for layer in image.get("layers") or [image["venv"]]:
+        elves += _elf_files(layer)
+    wanted = set(tools) | _ldd(tools + elves)
+    for name in DLOPENED:
+        for d in _library_dirs():
+            if os.path.exists(os.path.join(d, name)):
+                wanted.add(os.path.join(d, name))
+                break
+    wanted |= {p for p in ETC_FILES if os.path.exists(p)}
+    prefix_dirs = [python_tree] + list(image.get("layers") or [image["venv"]])
+    return sorted(p for p in wanted if not any(p.startswith(d.rstrip("/") + "/") for d in prefix_dirs))
+
+
+def version_of(image: dict, runtime_dir: str, files: list[str]) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"{LAYOUT}\0{image['name']}\0{image['hash']}\0{os.path.basename(runtime_dir)}\0".encode())
+    for path in files:
+        st = os.stat(path)
+        digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def _place(root: str, host_path: str) -> None:
+    """Put a host file into ``root`` at the same path, recreating the symlinks on the way
+    (``/lib`` -> ``usr/lib`` on a merged-/usr system, ``libz.so.1`` -> ``libz.so.1.2.13``)."""
+    parts = host_path.strip("/").split("/")
+    current = "/"
+    for i, part in enumerate(parts):
+        current = os.path.join(current, part)
+        inside = root + current
+        if os.path.islink(current):
+            target = os.readlink(current)
+            if not os.path.lexists(inside):
+                os.makedirs(os.path.dirname(inside), exist_ok=True)
+                os.symlink(target, inside)
+            resolved = os.path.normpath(os.path.join(os.path.dirname(current), target))
+            _place(root, os.path.join(resolved, *parts[i + 1:]))
+            return
+        if i < len(parts) - 1:
+            os.makedirs(inside, exist_ok=True)
+    if not os.path.exists(root + current):
+        shutil.copy2(current, root + current)
+
+
+def _link_tree(source: str, dest: str) -> None:
+    """Hard-link an immutable image tree (copy when the link fails: another filesystem)."""
+    def link(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+    shutil.copytree(source, dest, symlinks=True, copy_function=link, dirs_exist_ok=True)
+
+
+def ensure(rootfs_dir: str, image: dict, runtime_dir: str) -> dict:
+    """The root for ``image`` (built now if it is not there yet): ``{"path", "version"}``."""
+    files = host_files(image)
+    version = version_of(image, runtime_dir, files)
+    target = os.path.join(rootfs_dir, version)
+    record = statefile.read_json(os.path.join(target, "rootfs.json"))
+    if record is not None:
+        return record
+    os.makedirs(rootfs_dir, mode=0o755, exist_ok=True)
+    with open(os.path.join(rootfs_dir, f".{version}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = statefile.read_json(os.path.join(target, "rootfs.json"))
+        if record is not None:
+            return record
+        started = time.time()
+        tmp = target + ".building"
+        shutil.rmtree(tmp, ignore_errors=True)
+        root = os.path.join(tmp, "root")
+        os.makedirs(root)
+        for name in MERGED_USR:  # /bin -> usr/bin and the like, as on the host
+            if os.path.islink("/" + name):
+                os.symlink(os.readlink("/" + name), os.path.join(root, name))
+        for path in files:
+            _place(root, path)
+        sources = ([image["python_copy"]] if image.get("python_copy") else []) + list(image.get("layers") or [image["venv"]])
+        for source, tree in zip(sources, image_trees(image)):
+            _link_tree(source, root + tree)
+        _link_tree(runtime_dir, root + RUNTIME_MOUNT)
+        if image.get("mplcache"):
+            _link_tree(image["mplcache"], root + MPLCACHE_MOUNT)
+        for d in MOUNT_POINTS:
+            os.makedirs(root + d, exist_ok=True)
+        for name in ("passwd", "group"):  # each sandbox binds its own over these
+            open(os.path.join(root, "etc", name), "wb").close()
+        os.chmod(root, 0o755)
+        record = {"path": os.path.join(target, "root"), "version": version, "image": image["name"],
+                  "image_hash": image["hash"], "runtime": os.path.basename(runtime_dir), "host_files": len(files),
+                  "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "build_seconds": round(time.time() - started, 2)}
+        statefile.write_json(os.path.join(tmp, "rootfs.json"), record, mode=0o644)
+        os.rename(tmp, target)
+        return record
