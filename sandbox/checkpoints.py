@@ -19,6 +19,7 @@ import shutil
 import time
 
 from . import statefile
+from .images import _dir_size
 from .runtime import vocabulary as V
 
 
@@ -42,17 +43,6 @@ def record_path(sandbox_dir: str) -> str:
     return os.path.join(sandbox_dir, "checkpoint.json")
 
 
-def size_of(path: str) -> int:
-    total = 0
-    for root, _, names in os.walk(path):
-        for name in names:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
 def read(sandbox_dir: str) -> dict:
     record = statefile.read_json(record_path(sandbox_dir))
     if record is None or not os.path.isdir(image_path(sandbox_dir)):
@@ -70,7 +60,7 @@ def commit(sandbox_dir: str, *, runsc_version: str, spec: dict, rootfs_version: 
         "image": spec["image"],
         "image_hash": spec["image_info"]["hash"],
         "rootfs_version": rootfs_version,
-        "size_bytes": size_of(staged),
+        "size_bytes": _dir_size(staged),
         "seconds": round(seconds, 3),
         "memory_bytes_before": memory_bytes,
     }

@@ -220,7 +220,23 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         "--remount-ro", "/",
         "--chdir", "/workspace",
     ]
-    env = {
+    env = sandbox_environment(spec)
+    if egress:
+        env.update(egress["env"])
+        if egress.get("packages"):
+            env["PYTHONPATH"] = f"{RUNTIME_MOUNT}:{EGRESS_PACKAGES}"
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    argv = testonly.set_aside(argv, spec)  # nothing set aside but in a test-only configuration
+    return argv, [os.path.join(image["venv"], "bin", "python"), "-m", "sandbox_runtime", str(channel_fd)]
+
+
+def sandbox_environment(spec: dict) -> dict[str, str]:
+    """The runtime's whole environment (every backend's: it starts from an empty one)."""
+    image, limits = spec["image_info"], spec["limits"]
+    return {
         "HOME": "/tmp",
         "USER": "sandbox",
         "LANG": "C.UTF-8",
@@ -237,16 +253,6 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         "SANDBOX_MPLCACHE": MPLCACHE_MOUNT if image.get("mplcache") else "",
         "TERM": "xterm-256color",
     }
-    if egress:
-        env.update(egress["env"])
-        if egress.get("packages"):
-            env["PYTHONPATH"] = f"{RUNTIME_MOUNT}:{EGRESS_PACKAGES}"
-    for key, value in env.items():
-        argv += ["--setenv", key, value]
-    if seccomp_fd is not None:
-        argv += ["--seccomp", str(seccomp_fd)]
-    argv = testonly.set_aside(argv, spec)  # nothing set aside but in a test-only configuration
-    return argv, [os.path.join(image["venv"], "bin", "python"), "-m", "sandbox_runtime", str(channel_fd)]
 
 
 def passwd_files() -> tuple[bytes, bytes]:

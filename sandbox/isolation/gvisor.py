@@ -35,7 +35,7 @@ from functools import lru_cache
 
 from ..runtime.protocol import STDIO_CHANNEL
 from . import rootfs
-from .bwrap import MPLCACHE_MOUNT, RUNTIME_MOUNT
+from .bwrap import sandbox_environment
 
 PLATFORM = "ptrace"
 
@@ -115,25 +115,6 @@ def passwd_files(uid: int) -> tuple[bytes, bytes]:
     return passwd.encode(), group.encode()
 
 
-def environment(spec: dict) -> dict[str, str]:
-    image = spec["image_info"]
-    limits = spec["limits"]
-    return {
-        "HOME": "/tmp", "USER": "sandbox", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-        "PATH": f"{image['venv']}/bin:/usr/local/bin:/usr/bin:/bin",
-        "VIRTUAL_ENV": image["venv"],
-        "PYTHONPATH": RUNTIME_MOUNT,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "IPYTHONDIR": "/tmp/.ipython",
-        "MPLCONFIGDIR": "/tmp/.config/matplotlib",
-        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-        "SANDBOX_PRELOAD": ",".join(image.get("preload", [])),
-        "SANDBOX_OUTPUT_LIMIT": str(int(limits["output_bytes"])),
-        "SANDBOX_MPLCACHE": MPLCACHE_MOUNT if image.get("mplcache") else "",
-        "TERM": "xterm-256color",
-    }
-
-
 def write_bundle(sandbox_dir: str, spec: dict, root: dict) -> str:
     """Write the sandbox's OCI bundle (config.json, its passwd and group) and return its path."""
     uid = spec["uid"]
@@ -158,7 +139,7 @@ def write_bundle(sandbox_dir: str, spec: dict, root: dict) -> str:
             "terminal": False,
             "user": {"uid": uid, "gid": uid},
             "args": [os.path.join(spec["image_info"]["venv"], "bin", "python"), "-m", "sandbox_runtime", STDIO_CHANNEL],
-            "env": [f"{k}={v}" for k, v in environment(spec).items()],
+            "env": [f"{k}={v}" for k, v in sandbox_environment(spec).items()],
             "cwd": "/workspace",
             "capabilities": no_caps,
             "rlimits": rlimits,
