@@ -69,6 +69,12 @@ def report(config=None) -> list[dict]:
         "the server is not root: sandboxes run as the server's own uid (inside their own user namespace)")
     add("open files, core dumps, file size", IN_FORCE, "rlimits NOFILE, CORE=0, FSIZE")
     add("/tmp size", IN_FORCE, "tmpfs with a size cap")
+    from .isolation import gvisor
+
+    ok, why = gvisor.available()
+    add("gvisor tier (runsc)", IN_FORCE if ok else WEAKER,
+        why + (" (isolation \"gvisor\": gVisor's kernel between the code and the host's; pause/resume)" if ok
+               else "; only the bwrap tier is available"))
     from .isolation import disk
 
     ok, why = disk.available()

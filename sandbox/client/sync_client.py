@@ -308,6 +308,8 @@ class Sandbox:
         state_dir: str | os.PathLike | None = None,
         end_with_caller: bool | None = None,
         egress: dict[str, t.Any] | None = None,
+        isolation: str | None = None,
+        on_idle: str | None = None,
     ) -> Sandbox:
         """Claim a new sandbox; unset limits take the server's defaults.
 
@@ -315,6 +317,8 @@ class Sandbox:
         kernel's link; over a unix socket only, where the server knows the caller's pid).
         `egress`: the hosts it may reach through the server's egress proxy, e.g.
         ``{"allow": ["api.example.org"], "secrets": ["API_KEY"], "pip": True}`` (default: none).
+        `isolation`: "bwrap" or "gvisor" (default: the server's); `on_idle`: "delete" or
+        "pause" (gvisor: the idle TTL checkpoints the sandbox instead of ending it).
         """
         config = config or resolve(url, token, state_dir)
         tout = as_timeout(timeout)
@@ -334,6 +338,8 @@ class Sandbox:
                     metadata=metadata,
                     end_with_caller=end_with_caller,
                     egress=egress,
+                    isolation=isolation,
+                    on_idle=on_idle,
                 ),
                 timeout=create_timeout(tout),
             )
@@ -431,6 +437,16 @@ class Sandbox:
         check_stream_done(saw_done, self.config, "the execute stream", "the cell")
         self._info = info_after(self._info, execution)
         return execution
+
+    def pause(self) -> SandboxInfo:
+        """Checkpoint a gvisor sandbox to disk and free its memory; the next call restores it."""
+        self._info = SandboxInfo.from_dict(self._transport.request("POST", f"/v1/sandboxes/{self.id}/pause"))
+        return self._info
+
+    def resume(self) -> SandboxInfo:
+        """Restore a paused sandbox now (any other call would restore it too)."""
+        self._info = SandboxInfo.from_dict(self._transport.request("POST", f"/v1/sandboxes/{self.id}/resume"))
+        return self._info
 
     def interrupt(self) -> bool:
         """Send KeyboardInterrupt to the running cell; False if nothing was running."""
