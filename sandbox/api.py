@@ -14,6 +14,9 @@ import contextlib
 import json
 import logging
 import urllib.parse
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,9 +29,11 @@ from .auth import Auth, caller_of
 from .errors import ApiError
 from .files import Workspace
 from .images import ImageError
-from .manager import SandboxManager
-from .openapi import openapi_document
+from .isolation import host
+from .manager import Handle, SandboxManager
 from .runtime import vocabulary as V
+from .openapi import (COMMAND_ID, FILE_LIST, FILE_PATH, IMAGE_NAME, INFO, SANDBOX_ID, SANDBOX_REF, SECRET_NAME,
+                      SECRET_VIEW, document, json_body, op)
 
 log = logging.getLogger("sandbox.api")
 NDJSON = "application/x-ndjson"
@@ -72,266 +77,377 @@ def file_path(request: Request) -> str:
     return request.path_params["path"]
 
 
-def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> Starlette:
-    config = manager.config
+def manager_of(request: Request) -> SandboxManager:
+    return request.app.state.manager
 
-    async def body(request: Request, fields) -> dict:
-        return schemas.parse(await read_body(request, config.request_max_bytes), fields)
 
-    def visible(request: Request):
-        """The sandbox named in the path, as it is (a paused one stays paused)."""
-        sandbox_id = request.path_params["sandbox_id"]
-        if not caller_of(request).may_see(manager.owner_of(sandbox_id)):
-            raise manager.not_found(sandbox_id)
-        return manager.get(sandbox_id)
+async def body(request: Request, fields) -> dict:
+    return schemas.parse(await read_body(request, manager_of(request).config.request_max_bytes), fields)
 
-    async def live(request: Request):
-        """The sandbox named in the path, running: a paused one is restored first."""
-        handle = visible(request)
-        await manager.wake(handle)
-        return handle
 
-    def admin_only(request: Request, what: str) -> None:
-        caller = caller_of(request)
-        if caller.tenant is not None:
-            raise ApiError(403, "forbidden", f"{what} is for the server's administrator on a shared server "
-                                             f"(you are {caller.label})")
+def visible(request: Request) -> Handle:
+    """The sandbox the path names, as it is (a paused one stays paused), if the caller may
+    see it (else 404, as for an unknown id)."""
+    manager = manager_of(request)
+    sandbox_id = request.path_params["sandbox_id"]
+    if not caller_of(request).may_see(manager.owner_of(sandbox_id)):
+        raise manager.not_found(sandbox_id)
+    return manager.get(sandbox_id)
 
-    async def health(request: Request):
-        return JSONResponse({"status": "ok", "version": __version__})
 
-    async def info(request: Request):
-        caller = caller_of(request)
-        return JSONResponse({"version": __version__, "state_dir": manager.state.root,
-                             "protections": manager.protections, "pool": manager.pool_status(),
-                             "sandboxes": len([h for h in manager.list() if caller.may_see(manager.owner_of(h.id))]),
-                             "node_id": config.node_id or None, "draining": manager.draining,
-                             "multi_user": multi_user, "caller": caller.label, **manager.capacity_report()})
+async def live(request: Request) -> Handle:
+    """The sandbox the path names, running: a paused one is restored first."""
+    handle = visible(request)
+    await manager_of(request).wake(handle)
+    return handle
 
-    async def drain(request: Request):
-        admin_only(request, "draining the node")
-        data = await body(request, schemas.DRAIN)
-        manager.draining = data.get("draining", True)
-        return JSONResponse({"node_id": config.node_id or None, "draining": manager.draining,
-                             "sandboxes": len(manager.list())})
 
-    async def openapi(request: Request):
-        return JSONResponse(openapi_document())
+def admin_only(request: Request, what: str) -> None:
+    caller = caller_of(request)
+    if caller.tenant is not None:
+        raise ApiError(403, "forbidden", f"{what} is for the server's administrator on a shared server "
+                                         f"(you are {caller.label})")
 
-    async def create(request: Request):
-        data = await body(request, schemas.CREATE)
-        caller = caller_of(request)
-        if data.get("end_with_caller") and caller.peer is None:
-            raise ApiError(422, "invalid_request", "end_with_caller needs the server's unix socket, where the server "
-                                                   "knows the calling process; over TCP it cannot")
-        return JSONResponse(await manager.create(data, owner=caller.tenant, caller=caller.peer), status_code=201)
 
-    async def put_secret(request: Request):
-        data = await body(request, schemas.SECRET)
-        secret = manager.egress.secrets.put(request.path_params["name"], data["value"], data["hosts"],
-                                            owner=caller_of(request).tenant)
-        return JSONResponse(secret.describe())
+def ndjson(events, first: dict | None = None) -> StreamingResponse:
+    """A stream of events, one JSON object a line, flushed as each comes (``first`` before them)."""
+    async def lines():
+        if first is not None:
+            yield json.dumps(first, ensure_ascii=False) + "\n"
+        async for event in events:
+            yield json.dumps(event, ensure_ascii=False) + "\n"
 
-    async def list_secrets(request: Request):
-        return JSONResponse({"secrets": manager.egress.secrets.list(caller_of(request).tenant)})
+    return StreamingResponse(lines(), media_type=NDJSON, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
-    async def delete_secret(request: Request):
-        manager.egress.secrets.delete(request.path_params["name"], caller_of(request).tenant)
-        return JSONResponse({"name": request.path_params["name"], "deleted": True})
 
-    async def list_sandboxes(request: Request):
-        caller = caller_of(request)
-        return JSONResponse({"sandboxes": [manager.describe(h) for h in manager.list() if caller.may_see(manager.owner_of(h.id))]})
+# ---------------------------------------------------------------------- the node
+async def health(request: Request):
+    return JSONResponse({"status": "ok", "version": __version__})
 
-    async def get_sandbox(request: Request):
-        return JSONResponse(await manager.refresh(visible(request)))
 
-    async def delete_sandbox(request: Request):
-        visible(request)
-        return JSONResponse(await manager.delete(request.path_params["sandbox_id"]))
+async def info(request: Request):
+    manager, caller = manager_of(request), caller_of(request)
+    return JSONResponse({"version": __version__, "state_dir": manager.state_dir.root,
+                         "protections": manager.protections, "pool": manager.pool_status(),
+                         "sandboxes": len([h for h in manager.list() if caller.may_see(manager.owner_of(h.id))]),
+                         "node_id": manager.config.node_id or None, "draining": manager.draining,
+                         "multi_user": request.app.state.multi_user, "caller": caller.label,
+                         **manager.capacity_report()})
 
-    async def renew(request: Request):
+
+async def drain(request: Request):
+    admin_only(request, "draining the node")
+    manager = manager_of(request)
+    data = await body(request, schemas.DRAIN)
+    manager.draining = data.get("draining", True)
+    return JSONResponse({"node_id": manager.config.node_id or None, "draining": manager.draining,
+                         "sandboxes": len(manager.list())})
+
+
+async def openapi(request: Request):
+    return JSONResponse(openapi_document())
+
+
+# ------------------------------------------------------------------- sandboxes
+async def create(request: Request):
+    data = await body(request, schemas.CREATE)
+    caller = caller_of(request)
+    if data.get("end_with_caller") and caller.peer is None:
+        raise ApiError(422, "invalid_request", "end_with_caller needs the server's unix socket, where the server "
+                                               "knows the calling process; over TCP it cannot")
+    return JSONResponse(await manager_of(request).create(data, owner=caller.tenant, caller=caller.peer), status_code=201)
+
+
+async def put_secret(request: Request):
+    data = await body(request, schemas.SECRET)
+    secret = manager_of(request).egress.secrets.put(request.path_params["name"], data["value"], data["hosts"],
+                                                    owner=caller_of(request).tenant)
+    return JSONResponse(secret.describe())
+
+
+async def list_secrets(request: Request):
+    return JSONResponse({"secrets": manager_of(request).egress.secrets.list(caller_of(request).tenant)})
+
+
+async def delete_secret(request: Request):
+    manager_of(request).egress.secrets.delete(request.path_params["name"], caller_of(request).tenant)
+    return JSONResponse({"name": request.path_params["name"], "deleted": True})
+
+
+async def list_sandboxes(request: Request):
+    manager, caller = manager_of(request), caller_of(request)
+    return JSONResponse({"sandboxes": [manager.describe(h) for h in manager.list() if caller.may_see(manager.owner_of(h.id))]})
+
+
+async def get_sandbox(request: Request):
+    return JSONResponse(await manager_of(request).refresh(visible(request)))
+
+
+async def delete_sandbox(request: Request):
+    visible(request)
+    return JSONResponse(await manager_of(request).delete(request.path_params["sandbox_id"]))
+
+
+async def renew(request: Request):
+    manager, handle = manager_of(request), await live(request)
+    data = await body(request, schemas.RENEW)
+    most = manager.config.max_ttl_seconds
+    for key in ("ttl_seconds", "extend_seconds"):  # an extension is a TTL, once
+        if data.get(key, 0) > most:
+            raise ApiError(422, "limit_exceeded", f"{key} {data[key]} is more than a sandbox may have here "
+                           f"(at most {most}, max_ttl_seconds)",
+                           extra={"exceeded": {key: {"requested": data[key], "allowed": most,
+                                                     "set_by": "max_ttl_seconds"}}})
+    await manager.call(handle, {"op": "renew", **data})
+    return JSONResponse(manager.describe(handle))
+
+
+async def pause(request: Request):
+    return JSONResponse(await manager_of(request).pause(visible(request)))
+
+
+async def resume(request: Request):
+    manager, handle = manager_of(request), visible(request)
+    await manager.wake(handle)
+    return JSONResponse(manager.describe(handle))
+
+
+async def interrupt(request: Request):
+    reply = await manager_of(request).call(await live(request), {"op": "interrupt"})
+    return JSONResponse({"interrupted": reply.get("interrupted", False)})
+
+
+def forwarder(op: str, fields, keys):
+    """A handler that passes a request to the sandbox's runtime and answers with ``keys`` of its reply."""
+    async def handler(request: Request):
         handle = await live(request)
-        data = await body(request, schemas.RENEW)
-        for key in ("ttl_seconds", "extend_seconds"):  # an extension is a TTL, once
-            if data.get(key, 0) > config.max_ttl_seconds:
-                raise ApiError(422, "limit_exceeded", f"{key} {data[key]} is more than a sandbox may have here "
-                               f"(at most {config.max_ttl_seconds}, max_ttl_seconds)",
-                               extra={"exceeded": {key: {"requested": data[key], "allowed": config.max_ttl_seconds,
-                                                         "set_by": "max_ttl_seconds"}}})
-        await manager.call(handle, {"op": "renew", **data})
-        return JSONResponse(manager.describe(handle))
+        data = await body(request, fields)
+        reply = await manager_of(request).call(handle, {"op": op, **data})
+        return JSONResponse({k: reply.get(k) for k in keys if k in reply})
+    return handler
 
-    async def pause(request: Request):
-        return JSONResponse(await manager.pause(visible(request)))
 
-    async def resume(request: Request):
-        handle = visible(request)
-        await manager.wake(handle)
-        return JSONResponse(manager.describe(handle))
+async def execute(request: Request):
+    manager, handle = manager_of(request), visible(request)
+    data = await body(request, schemas.EXECUTE)
+    restored = await manager.wake(handle)
+    events = await manager.open_execute(handle, data)
+    # the first call after a pause waited for the restore: say so
+    return ndjson(events, first=V.stream_event(V.STDERR, restored) if restored else None)
 
-    async def interrupt(request: Request):
-        reply = await manager.call(await live(request), {"op": "interrupt"})
-        return JSONResponse({"interrupted": reply.get("interrupted", False)})
 
-    def forwarder(op: str, fields, keys):
-        async def handler(request: Request):
-            handle = await live(request)
-            data = await body(request, fields)
-            reply = await manager.call(handle, {"op": op, **data})
-            return JSONResponse({k: reply.get(k) for k in keys if k in reply})
-        return handler
+async def run_command(request: Request):
+    manager, handle = manager_of(request), await live(request)
+    # Room for the largest stdin as base64 on top of the usual body limit.
+    raw = await read_body(request, manager.config.request_max_bytes + commands.MAX_STDIN_BASE64)
+    data = commands.prepare(schemas.parse(raw, schemas.COMMAND))
+    return ndjson(await manager.open_command(handle, data))
 
-    async def execute(request: Request):
-        handle = visible(request)
-        data = await body(request, schemas.EXECUTE)
-        restored = await manager.wake(handle)
-        events = await manager.open_execute(handle, data)
 
-        async def lines():
-            if restored:  # the first call after a pause waited for the restore: say so
-                yield json.dumps(V.stream_event(V.STDERR, restored)) + "\n"
-            async for event in events:
-                yield json.dumps(event, ensure_ascii=False) + "\n"
+async def list_commands(request: Request):
+    reply = await manager_of(request).call(await live(request), {"op": "commands"})
+    return JSONResponse({"commands": reply.get("commands", [])})
 
-        return StreamingResponse(lines(), media_type=NDJSON, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
-    async def run_command(request: Request):
-        handle = await live(request)
-        # Room for the largest stdin as base64 on top of the usual body limit.
-        raw = await read_body(request, config.request_max_bytes + commands.MAX_STDIN_BASE64)
-        data = commands.prepare(schemas.parse(raw, schemas.COMMAND))
-        events = await manager.open_command(handle, data)
+async def interrupt_command(request: Request):
+    reply = await manager_of(request).call(await live(request), {"op": "command_interrupt",
+                                                           "command_id": request.path_params["command_id"]})
+    return JSONResponse({"interrupted": reply.get("interrupted", False)})
 
-        async def lines():
-            async for event in events:
-                yield json.dumps(event, ensure_ascii=False) + "\n"
 
-        return StreamingResponse(lines(), media_type=NDJSON, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+# ----------------------------------------------------------------------- files
+async def workspace(request: Request) -> Workspace:
+    handle = await live(request)
+    return Workspace(host.workspace_dir(handle.dir), handle.uid, manager_of(request).config.file_max_bytes)
 
-    async def list_commands(request: Request):
-        reply = await manager.call(await live(request), {"op": "commands"})
-        return JSONResponse({"commands": reply.get("commands", [])})
 
-    async def interrupt_command(request: Request):
-        reply = await manager.call(await live(request), {"op": "command_interrupt",
-                                                   "command_id": request.path_params["command_id"]})
-        return JSONResponse({"interrupted": reply.get("interrupted", False)})
+async def put_file(request: Request):
+    ws = await workspace(request)
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > ws.max_bytes:
+        raise ApiError(413, "too_large", f"the file is larger than the {ws.max_bytes} byte limit for one file")
+    result = await ws.write(file_path(request), request.stream())
+    return JSONResponse(result, status_code=201)
 
-    def workspace(handle) -> Workspace:
-        return Workspace(handle.dir + "/workspace", handle.uid, config.file_max_bytes)
 
-    async def put_file(request: Request):
-        handle = await live(request)
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > config.file_max_bytes:
-            raise ApiError(413, "too_large", f"the file is larger than the {config.file_max_bytes} byte limit for one file")
-        result = await workspace(handle).write(file_path(request), request.stream())
-        return JSONResponse(result, status_code=201)
+async def get_file(request: Request):
+    ws = await workspace(request)
+    fd, size = ws.open_for_read(file_path(request))
+    return StreamingResponse(ws.read_chunks(fd), media_type="application/octet-stream",
+                             headers={"Content-Length": str(size)})
 
-    async def get_file(request: Request):
-        ws = workspace(await live(request))
-        fd, size = ws.open_for_read(file_path(request))
-        return StreamingResponse(ws.read_chunks(fd), media_type="application/octet-stream",
-                                 headers={"Content-Length": str(size)})
 
-    async def list_files(request: Request):
-        return JSONResponse(await asyncio.to_thread(workspace(await live(request)).list, config.files_list_max))
+async def list_files(request: Request):
+    return JSONResponse(await asyncio.to_thread((await workspace(request)).list, manager_of(request).config.files_list_max))
 
-    async def delete_file(request: Request):
-        ws = workspace(await live(request))
-        return JSONResponse(await asyncio.to_thread(ws.delete, file_path(request)))
 
-    async def list_images(request: Request):
-        return JSONResponse({"images": [_image_view(i, manager) for i in manager.images.list()]})
+async def delete_file(request: Request):
+    ws = await workspace(request)
+    return JSONResponse(await asyncio.to_thread(ws.delete, file_path(request)))
 
-    async def get_image(request: Request):
-        info = manager.images.get(request.path_params["name"])
-        if info is None:
-            raise ApiError(404, "not_found", f"no image named {request.path_params['name']!r}")
-        return JSONResponse(_image_view(info, manager))
 
-    async def build_image(request: Request):
-        admin_only(request, "building an image")
-        data = await body(request, schemas.IMAGE_BUILD)
-        queue: asyncio.Queue = asyncio.Queue()
-        loop = asyncio.get_running_loop()
+# ---------------------------------------------------------------------- images
+def image_view(info: dict, manager: SandboxManager) -> dict:
+    return {k: info.get(k) for k in ("name", "base", "pip", "preload", "packages", "built_at", "size_bytes", "python_version")} | {
+        "in_use": manager.in_use(info["name"]), "pool": manager.pool_target(info["name"])}
 
-        def progress(line: str) -> None:
-            if "WARNING: Location" not in line:
-                loop.call_soon_threadsafe(queue.put_nowait, {"type": "progress", "message": line})
 
-        def run():
-            try:
-                info = manager.images.build(data["name"], pip=data.get("pip", []), requirements=data.get("requirements"),
-                                            preload=data.get("preload"), progress=progress)
-                result = {"type": "done", "status": "ok", "image": _image_view(info, manager)}
-            except ImageError as exc:
-                result = {"type": "done", "status": "error", "error": {"code": exc.code, "message": str(exc)}}
-            except Exception as exc:  # pip or the disk failed: say so, keep serving
-                log.exception("image build failed")
-                result = {"type": "done", "status": "error", "error": {"code": "build_failed", "message": str(exc)}}
-            loop.call_soon_threadsafe(queue.put_nowait, result)
+async def list_images(request: Request):
+    manager = manager_of(request)
+    return JSONResponse({"images": [image_view(i, manager) for i in manager.images.list()]})
 
-        async def events():
-            task = asyncio.create_task(asyncio.to_thread(run))
-            while True:
-                event = await queue.get()
-                yield json.dumps(event) + "\n"
-                if event["type"] == "done":
-                    break
-            await task
-            manager._refill_soon()
 
-        return StreamingResponse(events(), media_type=NDJSON)
+async def get_image(request: Request):
+    manager = manager_of(request)
+    found = manager.images.get(request.path_params["name"])
+    if found is None:
+        raise ApiError(404, "not_found", f"no image named {request.path_params['name']!r}")
+    return JSONResponse(image_view(found, manager))
 
-    async def delete_image(request: Request):
-        admin_only(request, "removing an image")
-        name = request.path_params["name"]
+
+async def build_image(request: Request):
+    admin_only(request, "building an image")
+    manager = manager_of(request)
+    data = await body(request, schemas.IMAGE_BUILD)
+    queue: asyncio.Queue = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+
+    def progress(line: str) -> None:
+        if "WARNING: Location" not in line:
+            loop.call_soon_threadsafe(queue.put_nowait, {"type": "progress", "message": line})
+
+    async def build() -> None:
         try:
-            manager.images.remove(name, manager.in_use)
+            built = await manager.build_image(data["name"], pip=data.get("pip", []), requirements=data.get("requirements"),
+                                              preload=data.get("preload"), progress=progress)
+            result = {"type": "done", "status": "ok", "image": image_view(built, manager)}
         except ImageError as exc:
-            raise ApiError({"not_found": 404, "conflict": 409}.get(exc.code, 400), exc.code, str(exc)) from None
-        # pooled sandboxes of that image are not "in use": end them with it
-        for sandbox_id in list(manager.pool.pop(name, [])):
-            if sandbox_id in manager.live:
-                await manager.end(manager.live[sandbox_id], "its image was removed")
-        return JSONResponse({"name": name, "deleted": True})
+            result = {"type": "done", "status": "error", "error": {"code": exc.code, "message": str(exc)}}
+        except Exception as exc:  # pip or the disk failed: say so, keep serving
+            log.exception("image build failed")
+            result = {"type": "done", "status": "error", "error": {"code": "build_failed", "message": str(exc)}}
+        queue.put_nowait(result)
 
-    sid = "/v1/sandboxes/{sandbox_id}"
-    routes = [
-        Route("/v1/health", health, methods=["GET"]),
-        Route("/v1/info", info, methods=["GET"]),
-        Route("/v1/node/drain", drain, methods=["POST"]),
-        Route("/v1/openapi.json", openapi, methods=["GET"]),
-        Route("/v1/sandboxes", create, methods=["POST"]),
-        Route("/v1/sandboxes", list_sandboxes, methods=["GET"]),
-        Route(sid, get_sandbox, methods=["GET"]),
-        Route(sid, delete_sandbox, methods=["DELETE"]),
-        Route(sid + "/renew", renew, methods=["POST"]),
-        Route(sid + "/interrupt", interrupt, methods=["POST"]),
-        Route(sid + "/pause", pause, methods=["POST"]),
-        Route(sid + "/resume", resume, methods=["POST"]),
-        Route(sid + "/execute", execute, methods=["POST"]),
-        Route(sid + "/commands", run_command, methods=["POST"]),
-        Route(sid + "/commands", list_commands, methods=["GET"]),
-        Route(sid + "/commands/{command_id}/interrupt", interrupt_command, methods=["POST"]),
-        Route(sid + "/complete", forwarder("complete", schemas.COMPLETE, ("matches", "cursor_start", "cursor_end", "metadata")), methods=["POST"]),
-        Route(sid + "/inspect", forwarder("inspect", schemas.INSPECT, ("found", "data", "metadata")), methods=["POST"]),
-        Route(sid + "/is_complete", forwarder("is_complete", schemas.IS_COMPLETE, ("status", "indent")), methods=["POST"]),
-        Route(sid + "/files", list_files, methods=["GET"]),
-        Route(sid + "/files/{path:path}", put_file, methods=["PUT"]),
-        Route(sid + "/files/{path:path}", get_file, methods=["GET"]),
-        Route(sid + "/files/{path:path}", delete_file, methods=["DELETE"]),
-        Route("/v1/secrets", list_secrets, methods=["GET"]),
-        Route("/v1/secrets/{name}", put_secret, methods=["PUT"]),
-        Route("/v1/secrets/{name}", delete_secret, methods=["DELETE"]),
-        Route("/v1/images", list_images, methods=["GET"]),
-        Route("/v1/images", build_image, methods=["POST"]),
-        Route("/v1/images/{name}", get_image, methods=["GET"]),
-        Route("/v1/images/{name}", delete_image, methods=["DELETE"]),
-    ]
+    async def events():
+        task = asyncio.create_task(build())
+        while True:
+            event = await queue.get()
+            yield json.dumps(event) + "\n"
+            if event["type"] == "done":
+                break
+        await task
 
+    return StreamingResponse(events(), media_type=NDJSON)
+
+
+async def delete_image(request: Request):
+    admin_only(request, "removing an image")
+    name = request.path_params["name"]
+    try:
+        await manager_of(request).remove_image(name)
+    except ImageError as exc:
+        raise ApiError({"not_found": 404, "conflict": 409}.get(exc.code, 400), exc.code, str(exc)) from None
+    return JSONResponse({"name": name, "deleted": True})
+
+
+# ------------------------------------------------------------- the route table
+@dataclass(frozen=True)
+class Endpoint:
+    """One route and its OpenAPI operation (None: served, but not in the document)."""
+
+    method: str
+    path: str
+    handler: Callable
+    operation: dict | None
+
+    def route(self) -> Route:
+        return Route(self.path, self.handler, methods=[self.method])
+
+
+SID = "/v1/sandboxes/{sandbox_id}"
+FILE = SID + "/files/{path:path}"
+ON_SANDBOX = (400, 401, 404, 410, 413, 422)  # a request with a body, to one sandbox
+ENDPOINTS = (
+    Endpoint("GET", "/v1/health", health, op("Liveness (no token needed)", errors=())),
+    Endpoint("GET", "/v1/info", info, op("Version, protections in force, warm pool, node id, draining, limits and "
+                                         "free capacity", errors=(401,), ok_schema=INFO)),
+    Endpoint("POST", "/v1/node/drain", drain, op("Drain this node (no new sandboxes; existing ones run out), or undo it",
+                                                 body=json_body(schemas.DRAIN), errors=(400, 401, 413, 422))),
+    Endpoint("GET", "/v1/openapi.json", openapi, None),
+    Endpoint("POST", "/v1/sandboxes", create, op(
+        "Create (or claim from the warm pool) a sandbox; limits over the per-sandbox maxima get 422 "
+        "limit_exceeded, past the server's totals 409 capacity_exceeded", ok="201", body=json_body(schemas.CREATE),
+        errors=(400, 401, 404, 409, 413, 422, 503), ok_schema=SANDBOX_REF)),
+    Endpoint("GET", "/v1/sandboxes", list_sandboxes, op("List live sandboxes", errors=(401,))),
+    Endpoint("GET", SID, get_sandbox, op("Status of one sandbox", params=[SANDBOX_ID], ok_schema=SANDBOX_REF)),
+    Endpoint("DELETE", SID, delete_sandbox, op("Delete a sandbox and kill all of its processes", params=[SANDBOX_ID])),
+    Endpoint("POST", SID + "/renew", renew, op("Renew the TTL", params=[SANDBOX_ID], body=json_body(schemas.RENEW),
+                                               errors=ON_SANDBOX)),
+    Endpoint("POST", SID + "/interrupt", interrupt, op("Interrupt the running cell", params=[SANDBOX_ID])),
+    Endpoint("POST", SID + "/pause", pause, op(
+        "Pause a gvisor sandbox: checkpoint its live interpreter to disk and free its memory; the next call "
+        "restores it. 409 with a reason (not_supported, busy, not_running, checkpoint_failed) when it cannot",
+        params=[SANDBOX_ID], errors=(401, 404, 409, 410), ok_schema=SANDBOX_REF)),
+    Endpoint("POST", SID + "/resume", resume, op(
+        "Restore a paused sandbox now (any other call does it too); 409 version_mismatch when its checkpoint "
+        "was taken under another runsc or image", params=[SANDBOX_ID], errors=(401, 404, 409, 410, 503),
+        ok_schema=SANDBOX_REF)),
+    Endpoint("POST", SID + "/execute", execute, op(
+        "Run code; events stream as NDJSON", params=[SANDBOX_ID], body=json_body(schemas.EXECUTE), content=NDJSON,
+        errors=ON_SANDBOX, ok_schema={"$ref": "#/components/schemas/ExecuteEvent"})),
+    Endpoint("POST", SID + "/commands", run_command, op(
+        "Run a program (argv or a shell line) beside the interpreter; start, stdout/stderr "
+        "and done (exit_code, timed_out, duration) stream as NDJSON", params=[SANDBOX_ID],
+        body=json_body(schemas.COMMAND), content=NDJSON, errors=(400, 401, 404, 409, 410, 413, 422, 429, 503))),
+    Endpoint("GET", SID + "/commands", list_commands, op("Commands running now", params=[SANDBOX_ID])),
+    Endpoint("POST", SID + "/commands/{command_id}/interrupt", interrupt_command, op(
+        "Interrupt a running command (SIGINT to its process group, SIGKILL after 2 s)", params=[SANDBOX_ID, COMMAND_ID])),
+    Endpoint("POST", SID + "/complete", forwarder("complete", schemas.COMPLETE, ("matches", "cursor_start", "cursor_end", "metadata")),
+             op("Completions at a cursor", params=[SANDBOX_ID], body=json_body(schemas.COMPLETE), errors=ON_SANDBOX)),
+    Endpoint("POST", SID + "/inspect", forwarder("inspect", schemas.INSPECT, ("found", "data", "metadata")),
+             op("Object inspection at a cursor", params=[SANDBOX_ID], body=json_body(schemas.INSPECT), errors=ON_SANDBOX)),
+    Endpoint("POST", SID + "/is_complete", forwarder("is_complete", schemas.IS_COMPLETE, ("status", "indent")),
+             op("Whether code is a complete statement", params=[SANDBOX_ID], body=json_body(schemas.IS_COMPLETE),
+                errors=ON_SANDBOX)),
+    Endpoint("GET", SID + "/files", list_files, op("List /workspace (recursive, capped at files_list_max entries)",
+                                                   params=[SANDBOX_ID], ok_schema=FILE_LIST)),
+    Endpoint("PUT", FILE, put_file, op(
+        "Upload a file (streamed raw body)", ok="201", params=[SANDBOX_ID, FILE_PATH],
+        body={"required": False, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+        errors=(400, 401, 404, 410, 413, 507))),
+    Endpoint("GET", FILE, get_file, op("Download a file (streamed)", params=[SANDBOX_ID, FILE_PATH],
+                                       content="application/octet-stream", errors=(400, 401, 404, 410))),
+    Endpoint("DELETE", FILE, delete_file, op("Delete a file or directory", params=[SANDBOX_ID, FILE_PATH],
+                                             errors=(400, 401, 404, 409, 410))),
+    Endpoint("GET", "/v1/secrets", list_secrets, op(
+        "List your registered secrets (names and hosts; never a value)", errors=(401,),
+        ok_schema={"type": "object", "properties": {"secrets": {"type": "array", "items": SECRET_VIEW}}})),
+    Endpoint("PUT", "/v1/secrets/{name}", put_secret, op(
+        "Register or replace a secret bound to hosts; sandboxes that name it in egress.secrets see a "
+        "placeholder, which the egress proxy replaces in request headers to those hosts only",
+        params=[SECRET_NAME], body={"required": True, "content": {"application/json": {
+            "schema": schemas.object_schema(schemas.SECRET)}}},
+        errors=(400, 401, 413, 422), ok_schema=SECRET_VIEW)),
+    Endpoint("DELETE", "/v1/secrets/{name}", delete_secret, op(
+        "Forget a secret (sandboxes holding its placeholder no longer get the value)",
+        params=[SECRET_NAME], errors=(401, 404))),
+    Endpoint("GET", "/v1/images", list_images, op("List images", errors=(401,))),
+    Endpoint("POST", "/v1/images", build_image, op("Build an image (progress streams as NDJSON)",
+                                                   body=json_body(schemas.IMAGE_BUILD), content=NDJSON,
+                                                   errors=(400, 401, 403, 413, 422))),
+    Endpoint("GET", "/v1/images/{name}", get_image, op("One image", params=[IMAGE_NAME], errors=(401, 404))),
+    Endpoint("DELETE", "/v1/images/{name}", delete_image, op("Remove an image not in use", params=[IMAGE_NAME],
+                                                             errors=(400, 401, 403, 404, 409))),
+)
+
+
+@lru_cache(maxsize=1)
+def openapi_document() -> dict:
+    """The node server's OpenAPI document, its paths from the route table above."""
+    return document(ENDPOINTS)
+
+
+def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await manager.start()
@@ -340,10 +456,10 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
         finally:
             await manager.stop()
 
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers=EXCEPTION_HANDLERS)
+    app = Starlette(routes=[e.route() for e in ENDPOINTS], lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(Auth, token=token, multi_user=multi_user)
     app.state.manager = manager
+    app.state.multi_user = multi_user
     return app
 
 
@@ -365,8 +481,3 @@ async def on_unexpected(request: Request, exc: Exception):
 
 # Every failure as {"error": {...}}: shared with the gateway, which must answer the same way.
 EXCEPTION_HANDLERS = {ApiError: on_api_error, HTTPException: on_http_error, Exception: on_unexpected}
-
-
-def _image_view(info: dict, manager: SandboxManager) -> dict:
-    return {k: info.get(k) for k in ("name", "base", "pip", "preload", "packages", "built_at", "size_bytes", "python_version")} | {
-        "in_use": manager.in_use(info["name"]), "pool": manager.pool_target(info["name"])}

@@ -36,6 +36,7 @@ from .tenancy import Link, Tenancy
 
 log = logging.getLogger("sandbox.manager")
 
+MAX_STREAM_FRAME = 96 * 1024 * 1024  # one event of an execute or a command, from a supervisor
 IDLE_CONNECTIONS = 2  # per sandbox: enough for a client that runs one cell after another
 TOMBSTONE_SECONDS = 24 * 3600
 CHECKPOINT_WAIT = 660.0  # the supervisor gives runsc checkpoint 600 s
@@ -49,25 +50,26 @@ class Handle:
     uid: int | None
     pid: int | None = None
     process: subprocess.Popen | None = None
-    state: dict = field(default_factory=dict)
+    # The supervisor's state record as last heard (its replies, a cell's `done`).
+    record: dict = field(default_factory=dict)
     # Open connections to the supervisor that finished an execute, kept for the next one.
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list)
     # The supervisor's state.json as last read, and the (inode, mtime, size) it was read at.
-    recorded: dict | None = None
-    recorded_at: tuple[int, int, int] | None = None
+    saved: dict | None = None
+    saved_at: tuple[int, int, int] | None = None
 
-    def recorded_state(self) -> dict:
+    def saved_record(self) -> dict:
         """state.json, read again only when the supervisor replaced it (every save is a
         rename, so a new inode): it is consulted on every request."""
         path = os.path.join(self.dir, "state.json")
         try:
-            st = os.stat(path)
+            found = os.stat(path)
         except OSError:
-            return dict(self.state)
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if key != self.recorded_at:
-            self.recorded, self.recorded_at = statefile.read_json(path), key
-        return dict(self.recorded or self.state)
+            return dict(self.record)
+        key = (found.st_ino, found.st_mtime_ns, found.st_size)
+        if key != self.saved_at:
+            self.saved, self.saved_at = statefile.read_json(path), key
+        return dict(self.saved or self.record)
 
     @property
     def socket(self) -> str:
@@ -92,8 +94,8 @@ def _runtime_source() -> str:
 class SandboxManager:
     def __init__(self, config: ServiceConfig):
         self.config = config
-        self.state = StateDir(config.state_dir)
-        self.images = ImageStore(self.state)
+        self.state_dir = StateDir(config.state_dir)
+        self.images = ImageStore(self.state_dir)
         self.live: dict[str, Handle] = {}
         self.ended: dict[str, dict] = {}
         self.pool: dict[str, deque[str]] = {}
@@ -118,10 +120,10 @@ class SandboxManager:
     # --------------------------------------------------------------- startup
     def prepare(self, progress=print) -> None:
         """Blocking start-up work: state layout, runtime copy, default image."""
-        self.state.ensure()
+        self.state_dir.ensure()
         self.runtime_dir = self._install_runtime()
         binary = bwrap.discover()
-        self.bwrap_path = bwrap.install_copy(binary, os.path.join(self.state.root, "bwrap")) if binary else None
+        self.bwrap_path = bwrap.install_copy(binary, os.path.join(self.state_dir.root, "bwrap")) if binary else None
         self.bwrap_version = list(binary.version) if binary else None
         if self.images.get(self.config.default_image) is None:
             progress(f"the default image is missing: building it once (this takes a minute or two)")
@@ -135,7 +137,7 @@ class SandboxManager:
         for name in files:
             with open(os.path.join(src, name), "rb") as f:
                 digest.update(name.encode() + b"\0" + f.read())
-        dest = os.path.join(self.state.runtimes, digest.hexdigest()[:16])
+        dest = os.path.join(self.state_dir.runtimes, digest.hexdigest()[:16])
         pkg = os.path.join(dest, "sandbox_runtime")
         if not os.path.isdir(pkg):
             tmp = dest + f".tmp{os.getpid()}"
@@ -159,24 +161,24 @@ class SandboxManager:
     async def adopt(self) -> None:
         """Re-attach to every sandbox a previous server left running; report the lost ones."""
         try:
-            names = os.listdir(self.state.sandboxes)
+            names = os.listdir(self.state_dir.sandboxes)
         except FileNotFoundError:
             return
         for sandbox_id in names:
-            d = self.state.sandbox(sandbox_id)
+            d = self.state_dir.sandbox(sandbox_id)
             spec = statefile.read_json(os.path.join(d, "spec.json"))
-            st = statefile.read_json(os.path.join(d, "state.json"))
+            record = statefile.read_json(os.path.join(d, "state.json"))
             if spec is None:
                 continue
             link = self.tenancy.load(sandbox_id, d)
-            if st is None:
-                st = {"id": sandbox_id, "state": V.LOST, "dead_reason": V.LOST}
-            if st.get("state") in V.ENDED_STATES:
-                self._bury(sandbox_id, st, d)
+            if record is None:
+                record = {"id": sandbox_id, "state": V.LOST, "dead_reason": V.LOST}
+            if record.get("state") in V.ENDED_STATES:
+                self._bury(sandbox_id, record, d)
                 continue
-            handle = Handle(sandbox_id, d, spec["image"], spec.get("uid"), pid=st.get("supervisor_pid"), state=st)
+            handle = Handle(sandbox_id, d, spec["image"], spec.get("uid"), pid=record.get("supervisor_pid"), record=record)
             alive = _pid_is_supervisor(handle.pid, d)
-            if st.get("state") == V.PAUSED and not alive:  # nothing runs; the next call restores it
+            if record.get("state") == V.PAUSED and not alive:  # nothing runs; the next call restores it
                 self.live[sandbox_id] = handle
                 log.info("sandbox %s is paused (checkpoint kept)", sandbox_id)
                 continue
@@ -187,28 +189,28 @@ class SandboxManager:
                 except ApiError:
                     reply = None
             if reply and reply.get("state"):
-                handle.state = reply["state"]
+                handle.record = reply["state"]
                 self.live[sandbox_id] = handle
                 await self.egress.reopen(sandbox_id, d, spec, spec.get("uid"))
-                if handle.state.get("state") == V.POOLED:
+                if handle.record.get("state") == V.POOLED:
                     self.pool.setdefault(handle.image, deque()).append(sandbox_id)
-                log.info("re-attached to sandbox %s (%s)", sandbox_id, handle.state.get("state"))
+                log.info("re-attached to sandbox %s (%s)", sandbox_id, handle.record.get("state"))
                 if link is not None:  # ended at once if its process exited while we were down
                     self.tenancy.watch(sandbox_id, link, self._caller_exited)
             else:
-                V.advance(st, V.LOST, dead_reason=V.LOST,
+                V.advance(record, V.LOST, dead_reason=V.LOST,
                           dead_message="its processes ended while the server was not running")
-                statefile.write_json(os.path.join(d, "state.json"), st)
-                self._bury(sandbox_id, st, d)
+                statefile.write_json(os.path.join(d, "state.json"), record)
+                self._bury(sandbox_id, record, d)
                 log.warning("sandbox %s was lost while the server was down", sandbox_id)
 
-    def _bury(self, sandbox_id: str, st: dict, d: str) -> None:
-        self.ended[sandbox_id] = st
+    def _bury(self, sandbox_id: str, record: dict, d: str) -> None:
+        self.ended[sandbox_id] = record
         self.egress.close(sandbox_id)
         self.tenancy.unwatch(sandbox_id)
         # What a killed supervisor left (its cgroup, its workspace's mount); the workspaces of
         # ended sandboxes are removed, the small state file stays as a tombstone.
-        HostResources.left_behind(d, st).release()
+        HostResources.left_behind(d, record).release()
         shutil.rmtree(host.workspace_dir(d), ignore_errors=True)
 
     async def stop(self) -> None:
@@ -219,9 +221,9 @@ class SandboxManager:
             task.cancel()
         self.tenancy.close()
         ending = [h for h in list(self.live.values())
-                  if self.config.delete_on_shutdown or h.state.get("state") == V.POOLED]
+                  if self.config.delete_on_shutdown or h.record.get("state") == V.POOLED]
         await asyncio.gather(*(self.end(h, "the server shut down") for h in ending), return_exceptions=True)
-        self.kept = sorted(i for i, h in self.live.items() if h.state.get("state") != V.POOLED)
+        self.kept = sorted(i for i, h in self.live.items() if h.record.get("state") != V.POOLED)
 
     # -------------------------------------------------------- supervisor I/O
     async def call(self, handle: Handle, request: dict, timeout: float = 30.0) -> dict:
@@ -240,7 +242,7 @@ class SandboxManager:
             raise ApiError(409 if reply["error"] == "conflict" else 503, reply["error"], reply.get("message", ""),
                            extra={"reason": reply["reason"]} if reply.get("reason") else None)
         if "state" in reply and isinstance(reply["state"], dict):
-            handle.state = reply["state"]
+            handle.record = reply["state"]
         return reply
 
     def _gone_or_unavailable(self, handle: Handle) -> ApiError:
@@ -312,45 +314,62 @@ class SandboxManager:
     async def _command_events(self, handle: Handle, first: dict, reader: asyncio.StreamReader,
                               writer: asyncio.StreamWriter):
         yield first
-        next_frame = None
         try:
             while True:
-                next_frame = asyncio.ensure_future(read_frame(reader, 96 * 1024 * 1024))
-                stop = asyncio.ensure_future(self.shutting_down.wait())
-                done, _ = await asyncio.wait({next_frame, stop}, return_when=asyncio.FIRST_COMPLETED)
-                if next_frame not in done:
+                try:
+                    event = await self._next_frame(reader)
+                except (EOFError, ProtocolError, OSError):
+                    record, message = self._why_it_stopped(handle)
+                    reason = record.get("dead_reason") or record.get("state")
+                    yield V.command_done_event(
+                        exit_code=None, signal=None, timed_out=False,
+                        reason=reason if reason in V.REASONS else V.CRASHED, message=message, duration=0.0,
+                        truncated=False, sandbox_state=record.get("state", V.DEAD))
+                    return
+                if event is None:
                     # Closing the connection (below) ends the command in the sandbox.
                     yield V.command_done_event(
                         exit_code=None, signal=None, timed_out=False, reason=V.SERVER_SHUTDOWN,
                         message="the sandbox server is shutting down; the command was stopped (the sandbox and "
                                 "its variables are kept)", duration=0.0, truncated=False,
-                        sandbox_state=handle.state.get("state", V.RUNNING))
-                    return
-                stop.cancel()
-                frame, next_frame = next_frame, None
-                try:
-                    event = frame.result()
-                except (EOFError, ProtocolError, OSError):
-                    self._check_handle(handle)
-                    st = self.ended.get(handle.id) or {}
-                    message = st.get("dead_message") or st.get("end_message") or "its supervisor stopped"
-                    reason = st.get("dead_reason") or st.get("state")
-                    yield V.command_done_event(
-                        exit_code=None, signal=None, timed_out=False,
-                        reason=reason if reason in V.REASONS else V.CRASHED, message=message, duration=0.0,
-                        truncated=False, sandbox_state=st.get("state", V.DEAD))
+                        sandbox_state=handle.record.get("state", V.RUNNING))
                     return
                 yield event
                 if event.get("type") == V.DONE:
-                    if event.get("expires_at"):
-                        handle.state["expires_at"] = event["expires_at"]
-                    if event.get("sandbox_state") in V.ENDED_STATES:
-                        self._check_handle(handle)
+                    self._note_done(handle, event)
                     return
         finally:
-            if next_frame is not None:
-                next_frame.cancel()
             writer.close()
+
+    async def _next_frame(self, reader: asyncio.StreamReader) -> dict | None:
+        """The next frame a supervisor streams, or None once the server is shutting down.
+
+        Raises as ``read_frame`` does when the stream ends or breaks. A caller that goes
+        away while this waits cancels the read: nobody wants the frame.
+        """
+        next_frame = asyncio.ensure_future(read_frame(reader, MAX_STREAM_FRAME))
+        stop = asyncio.ensure_future(self.shutting_down.wait())
+        done: set = set()
+        try:
+            done, _ = await asyncio.wait({next_frame, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if next_frame not in done:
+                next_frame.cancel()
+        return next_frame.result() if next_frame in done else None
+
+    def _why_it_stopped(self, handle: Handle) -> tuple[dict, str]:
+        """After a supervisor's stream ended early: its tombstone record, and what to tell the caller."""
+        self._check_handle(handle)
+        record = self.ended.get(handle.id) or {}
+        return record, record.get("dead_message") or record.get("end_message") or "its supervisor stopped"
+
+    def _note_done(self, handle: Handle, done: dict) -> None:
+        """A cell's or a command's `done` carries the sandbox's new expiry and state."""
+        if done.get("expires_at"):  # the execute renewed the TTL: GET /v1/sandboxes shows it
+            handle.record["expires_at"] = done["expires_at"]
+        if done.get("sandbox_state") in V.ENDED_STATES:
+            self._check_handle(handle)
 
     @staticmethod
     def _drop_idle(handle: Handle) -> None:
@@ -366,25 +385,11 @@ class SandboxManager:
         died, unless it is still alive: then the request never reached it, and is sent
         again over a new connection.
         """
-        next_frame = None
         reusable = False
         try:
             while True:
-                next_frame = asyncio.ensure_future(read_frame(reader, 96 * 1024 * 1024))
-                stop = asyncio.ensure_future(self.shutting_down.wait())
-                done, _ = await asyncio.wait({next_frame, stop}, return_when=asyncio.FIRST_COMPLETED)
-                if next_frame not in done:
-                    next_frame.cancel()
-                    yield V.error_event("ServerShutdown", "the sandbox server is shutting down; the cell was "
-                                        "interrupted (the sandbox and its variables are kept)")
-                    yield V.done_event(V.ABORTED, reason=V.SERVER_SHUTDOWN,
-                                       execution_count=handle.state.get("execution_count"),
-                                       sandbox_state=handle.state.get("state", V.RUNNING))
-                    return
-                stop.cancel()
-                frame, next_frame = next_frame, None
                 try:
-                    event = frame.result()
+                    event = await self._next_frame(reader)
                 except (EOFError, ProtocolError, OSError):
                     if reused is not None and self._supervisor_alive(handle):
                         writer.close()
@@ -395,27 +400,27 @@ class SandboxManager:
                         else:
                             reused = None
                             continue
-                    self._check_handle(handle)
-                    st = self.ended.get(handle.id) or {}
-                    message = st.get("dead_message") or st.get("end_message") or "its supervisor stopped"
-                    reason = st.get("dead_reason") or V.CRASHED
+                    record, message = self._why_it_stopped(handle)
+                    reason = record.get("dead_reason") or V.CRASHED
                     yield V.reason_error_event(reason, message)
-                    yield V.done_event(V.ERROR, reason=reason, execution_count=st.get("execution_count"),
-                                       sandbox_state=st.get("state", V.DEAD))
+                    yield V.done_event(V.ERROR, reason=reason, execution_count=record.get("execution_count"),
+                                       sandbox_state=record.get("state", V.DEAD))
+                    return
+                if event is None:
+                    yield V.error_event("ServerShutdown", "the sandbox server is shutting down; the cell was "
+                                        "interrupted (the sandbox and its variables are kept)")
+                    yield V.done_event(V.ABORTED, reason=V.SERVER_SHUTDOWN,
+                                       execution_count=handle.record.get("execution_count"),
+                                       sandbox_state=handle.record.get("state", V.RUNNING))
                     return
                 reused = None
                 yield event
                 if event.get("type") == V.DONE:
                     reusable = True
-                    handle.state["execution_count"] = event.get("execution_count")
-                    if event.get("expires_at"):  # the execute renewed the TTL: GET /v1/sandboxes shows it
-                        handle.state["expires_at"] = event["expires_at"]
-                    if event.get("sandbox_state") in V.ENDED_STATES:
-                        self._check_handle(handle)
+                    handle.record["execution_count"] = event.get("execution_count")
+                    self._note_done(handle, event)
                     return
         finally:
-            if next_frame is not None:  # the client went away mid-read: nobody wants the frame
-                next_frame.cancel()
             if reusable and len(handle.idle) < IDLE_CONNECTIONS and handle.id in self.live:
                 handle.idle.append((reader, writer))
             else:
@@ -427,7 +432,7 @@ class SandboxManager:
         if handle is not None:
             self._check_handle(handle)
             handle = self.live.get(sandbox_id)
-        if handle is None or handle.state.get("state") == V.POOLED:
+        if handle is None or handle.record.get("state") == V.POOLED:
             if sandbox_id in self.ended:
                 raise self.gone_error(sandbox_id)
             raise self.not_found(sandbox_id)
@@ -452,13 +457,13 @@ class SandboxManager:
         task.add_done_callback(self.tasks.remove)
 
     def gone_error(self, sandbox_id: str) -> ApiError:
-        st = self.ended[sandbox_id]
-        state = st.get("state", V.DEAD)
-        why = st.get("dead_message") or st.get("end_message") or ""
+        record = self.ended[sandbox_id]
+        ended_as = record.get("state", V.DEAD)
+        why = record.get("dead_message") or record.get("end_message") or ""
         text = {V.EXPIRED: f"sandbox {sandbox_id} expired", V.DELETED: f"sandbox {sandbox_id} was deleted",
-                V.LOST: f"sandbox {sandbox_id} was lost", V.DEAD: f"sandbox {sandbox_id} died"}.get(state, state)
+                V.LOST: f"sandbox {sandbox_id} was lost", V.DEAD: f"sandbox {sandbox_id} died"}.get(ended_as, ended_as)
         return ApiError(410, "gone", f"{text}: {why}" if why else text,
-                        extra={"state": state, "reason": st.get("dead_reason") or state})
+                        extra={"state": ended_as, "reason": record.get("dead_reason") or ended_as})
 
     async def _wait_for_exit(self, handle: Handle, timeout: float = 15.0) -> None:
         """Give an ending supervisor up to ``timeout`` seconds to exit, then file it as
@@ -477,26 +482,26 @@ class SandboxManager:
         (its exit is then reaped later, so a request right after a death already gets 410).
         """
         alive = self._supervisor_alive(handle)
-        st = handle.recorded_state()
-        if alive and st.get("state") not in V.ENDED_STATES:
+        record = handle.saved_record()
+        if alive and record.get("state") not in V.ENDED_STATES:
             return
-        if st.get("state") == V.PAUSED:  # its supervisor exited after the checkpoint, as it should
+        if record.get("state") == V.PAUSED:  # its supervisor exited after the checkpoint, as it should
             if alive and handle.process is not None:
                 self.reaping.append(handle.process)
-            handle.state, handle.process = st, None
+            handle.record, handle.process = record, None
             self._drop_idle(handle)
             return
         if alive and handle.process is not None:
             self.reaping.append(handle.process)
-        if st.get("state") not in V.ENDED_STATES:
-            V.advance(st, V.DEAD, dead_reason=st.get("dead_reason") or V.CRASHED,
-                      dead_message=st.get("dead_message") or "its supervisor process ended unexpectedly")
+        if record.get("state") not in V.ENDED_STATES:
+            V.advance(record, V.DEAD, dead_reason=record.get("dead_reason") or V.CRASHED,
+                      dead_message=record.get("dead_message") or "its supervisor process ended unexpectedly")
         self.live.pop(handle.id, None)
         self._drop_idle(handle)
         for q in self.pool.values():
             if handle.id in q:
                 q.remove(handle.id)
-        self._bury(handle.id, st, handle.dir)
+        self._bury(handle.id, record, handle.dir)
 
     @staticmethod
     def _supervisor_alive(handle: Handle) -> bool:
@@ -507,11 +512,27 @@ class SandboxManager:
     def list(self) -> list[Handle]:
         for handle in list(self.live.values()):
             self._check_handle(handle)
-        return [h for h in self.live.values() if h.state.get("state") != V.POOLED]
+        return [h for h in self.live.values() if h.record.get("state") != V.POOLED]
 
     def in_use(self, image: str) -> int:
         return sum(1 for h in self.live.values()
                    if image in (h.image, (self.images.get(h.image) or {}).get("base")))
+
+    async def build_image(self, name: str, *, progress, **recipe) -> dict:
+        """Build (or rebuild) an image off the event loop; the warm pool then fills for it.
+        ``progress`` is called from the building thread with each line of output."""
+        try:
+            return await asyncio.to_thread(self.images.build, name, progress=progress, **recipe)
+        finally:
+            self._refill_soon()
+
+    async def remove_image(self, name: str) -> None:
+        """Remove an image no sandbox uses; its warm-pool sandboxes (nobody's yet) end with it.
+        Raises ImageError (not_found, conflict) as the image store does."""
+        self.images.remove(name, self.in_use)
+        for sandbox_id in list(self.pool.pop(name, [])):
+            if sandbox_id in self.live:
+                await self.end(self.live[sandbox_id], "its image was removed")
 
     def _allocate_uid(self) -> int | None:
         if not self.root:
@@ -560,7 +581,7 @@ class SandboxManager:
                 handle = await self._spawn(image, limits, ttl, max_life, pooled=False, metadata=claim["metadata"],
                                            egress=egress, owner=owner, isolation=backend,
                                            on_idle=request.get("on_idle") or V.ON_IDLE_DELETE)
-                handle.state["from_pool"] = False
+                handle.record["from_pool"] = False
         finally:
             self.reserved.remove(limits)
         link = Link.of(caller.pid) if caller is not None and request.get("end_with_caller") else None
@@ -587,13 +608,13 @@ class SandboxManager:
 
     def host(self) -> capacity.Host:
         """The host now, its free disk less what live workspaces may still grow by."""
-        committed = sum(capacity.unwritten_mb(host.workspace_image(h.dir), (h.state.get("limits") or {}).get("disk_mb", 0))
+        committed = sum(capacity.unwritten_mb(host.workspace_image(h.dir), (h.record.get("limits") or {}).get("disk_mb", 0))
                         for h in self.live.values())
-        return capacity.host_facts(self.state.sandboxes, committed)
+        return capacity.host_facts(self.state_dir.sandboxes, committed)
 
     def usage(self) -> dict:
         """What live claimed sandboxes (and creates under way) hold; the warm pool is not counted."""
-        claimed = [_held(h.state) for h in self.live.values() if h.state.get("state") != V.POOLED]
+        claimed = [_held(h.record) for h in self.live.values() if h.record.get("state") != V.POOLED]
         return capacity.usage(claimed + self.reserved)
 
     def capacity_report(self) -> dict:
@@ -605,11 +626,11 @@ class SandboxManager:
                 "capacity": capacity.report(self.config, host, self.usage())}
 
     def _pool_compatible(self, limits: dict, handle: Handle) -> bool:
-        pooled = handle.state.get("limits", {})
+        pooled = handle.record.get("limits", {})
         fixed = ("disk_mb", "open_files", "tmp_mb", "shm_mb", "file_mb", "output_bytes", "timeout_seconds")
         if any(pooled.get(k) != limits.get(k) for k in fixed):
             return False
-        iso = handle.state.get("isolation", {})
+        iso = handle.record.get("isolation", {})
         for key, res in (("memory_mb", "memory"), ("pids", "pids"), ("cpus", "cpu")):
             if pooled.get(key) != limits.get(key) and not str(iso.get(res, "")).startswith("cgroup"):
                 return False
@@ -630,7 +651,7 @@ class SandboxManager:
             except ApiError:
                 self._check_handle(handle)
                 continue
-            handle.state["from_pool"] = True
+            handle.record["from_pool"] = True
             return handle
         return None
 
@@ -639,7 +660,7 @@ class SandboxManager:
                      isolation: str = V.BWRAP, on_idle: str = V.ON_IDLE_DELETE) -> Handle:
         image_info = self.images.get(image)
         sandbox_id = new_sandbox_id(self.config.node_id)
-        d = self.state.sandbox(sandbox_id)
+        d = self.state_dir.sandbox(sandbox_id)
         os.makedirs(d, mode=0o711)
         os.chmod(d, 0o711)
         uid = self._allocate_uid()
@@ -661,7 +682,7 @@ class SandboxManager:
         statefile.write_json(os.path.join(d, "spec.json"), spec)
         # Until the supervisor reports, a pool sandbox must already look pooled (hidden from
         # GET /v1/sandboxes and from get), not like a user's sandbox with no state.
-        handle = Handle(sandbox_id, d, image, uid, state={"state": V.POOLED if pooled else V.BOOTING})
+        handle = Handle(sandbox_id, d, image, uid, record={"state": V.POOLED if pooled else V.BOOTING})
         ready = await self._start_supervisor(handle)
         if not ready.get("ok"):
             self.egress.close(sandbox_id)
@@ -670,7 +691,7 @@ class SandboxManager:
             self.ended.pop(sandbox_id, None)
             log.error("sandbox %s failed to start: %s (logs kept in %s)", sandbox_id, ready.get("error"), d)
             raise ApiError(503, "unavailable", f"the sandbox could not start: {ready.get('error')}")
-        handle.state = ready["state"]
+        handle.record = ready["state"]
         return handle
 
     async def _start_supervisor(self, handle: Handle, *extra: str) -> dict:
@@ -703,7 +724,7 @@ class SandboxManager:
     # ----------------------------------------------------------- pause/resume
     async def pause(self, handle: Handle) -> dict:
         """Checkpoint a gVisor sandbox (see Supervisor.pause); its supervisor then exits."""
-        if handle.state.get("state") == V.PAUSED:
+        if handle.record.get("state") == V.PAUSED:
             return self.describe(handle)
         await self.call(handle, {"op": "pause"}, timeout=CHECKPOINT_WAIT)
         await self._wait_for_exit(handle)
@@ -713,77 +734,77 @@ class SandboxManager:
         """Restore a paused sandbox before a call that needs it running; a note saying so
         (for the execute stream), or None when it was not paused. Callers that arrive while a
         restore is under way wait for that one."""
-        if handle.state.get("state") != V.PAUSED:
+        if handle.record.get("state") != V.PAUSED:
             return None
         lock = self.waking.setdefault(handle.id, asyncio.Lock())
         async with lock:
-            if handle.state.get("state") != V.PAUSED:
+            if handle.record.get("state") != V.PAUSED:
                 return None
-            checkpoint = handle.state.get("checkpoint") or {}
+            checkpoint = handle.record.get("checkpoint") or {}
             log.info("restoring paused sandbox %s", handle.id)
             ready = await self._start_supervisor(handle, "--restore")
             if not ready.get("ok"):
                 await self._wait_for_exit(handle)
-                handle.state = handle.recorded_state()
+                handle.record = handle.saved_record()
                 if ready.get("reason") == V.RESTORE_VERSION_MISMATCH:
                     raise ApiError(409, "conflict", ready.get("error") or "version mismatch",
                                    extra={"reason": V.RESTORE_VERSION_MISMATCH})
                 raise ApiError(503, "unavailable", f"the paused sandbox could not be restored: {ready.get('error')}")
-            handle.state = ready["state"]
+            handle.record = ready["state"]
         size = checkpoint.get("size_bytes") or 0
         return (f"[sandbox: restored from its checkpoint of {size / 1e6:.1f} MB taken at {checkpoint.get('taken_at')}, "
-                f"in {handle.state.get('restored_in_seconds')} s; variables kept]\n")
+                f"in {handle.record.get('restored_in_seconds')} s; variables kept]\n")
 
     async def _end_paused(self, handle: Handle, state: str, message: str) -> None:
         """End a paused sandbox: nothing runs, so its record, checkpoint and workspace go."""
-        st = handle.recorded_state()
-        V.advance(st, state, end_message=message)
-        st["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        statefile.write_json(os.path.join(handle.dir, "state.json"), st)
+        record = handle.saved_record()
+        V.advance(record, state, end_message=message)
+        record["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        statefile.write_json(os.path.join(handle.dir, "state.json"), record)
         await asyncio.to_thread(checkpoints.discard, handle.dir)
         self.live.pop(handle.id, None)
         self.waking.pop(handle.id, None)
-        self._bury(handle.id, st, handle.dir)
+        self._bury(handle.id, record, handle.dir)
 
     def describe(self, handle: Handle) -> dict:
-        st = handle.state
+        record = handle.record
         out = {
             "id": handle.id,
-            "state": st.get("state"),
+            "state": record.get("state"),
             "image": handle.image,
-            "created_at": st.get("created_at"),
-            "expires_at": statefile.iso(st.get("expires_at")),
-            "max_expires_at": statefile.iso(st.get("max_expires_at")),
-            "ttl_seconds": st.get("ttl_seconds"),
-            "execution_count": st.get("execution_count", 0),
-            "executing": bool(st.get("executing")),
-            "commands_running": int(st.get("commands_running") or 0),
-            "limits": {k: v for k, v in (st.get("limits") or {}).items()},
-            "isolation": st.get("isolation", {}),
-            "from_pool": bool(st.get("from_pool", st.get("claimed", False))),
-            "dead_reason": st.get("dead_reason"),
-            "metadata": st.get("metadata", {}),
+            "created_at": record.get("created_at"),
+            "expires_at": statefile.iso(record.get("expires_at")),
+            "max_expires_at": statefile.iso(record.get("max_expires_at")),
+            "ttl_seconds": record.get("ttl_seconds"),
+            "execution_count": record.get("execution_count", 0),
+            "executing": bool(record.get("executing")),
+            "commands_running": int(record.get("commands_running") or 0),
+            "limits": {k: v for k, v in (record.get("limits") or {}).items()},
+            "isolation": record.get("isolation", {}),
+            "from_pool": bool(record.get("from_pool", record.get("claimed", False))),
+            "dead_reason": record.get("dead_reason"),
+            "metadata": record.get("metadata", {}),
         }
-        if "memory_bytes" in st:
-            out["memory_bytes"] = st["memory_bytes"]
+        if "memory_bytes" in record:
+            out["memory_bytes"] = record["memory_bytes"]
         egress = self.egress.describe(handle.id)
         if egress is not None:
             out["egress"] = egress
-        if (st.get("isolation") or {}).get("backend") == V.GVISOR:
-            out["on_idle"] = st.get("on_idle") or V.ON_IDLE_DELETE
-            out["paused_at"] = st.get("paused_at")
-            out["checkpoint"] = st.get("checkpoint")
+        if (record.get("isolation") or {}).get("backend") == V.GVISOR:
+            out["on_idle"] = record.get("on_idle") or V.ON_IDLE_DELETE
+            out["paused_at"] = record.get("paused_at")
+            out["checkpoint"] = record.get("checkpoint")
         return out
 
     async def refresh(self, handle: Handle) -> dict:
-        if handle.state.get("state") != V.PAUSED:  # a paused one has no supervisor to ask
+        if handle.record.get("state") != V.PAUSED:  # a paused one has no supervisor to ask
             try:
                 await self.call(handle, {"op": "status"})
             except ApiError:
-                recorded = handle.recorded_state()
+                recorded = handle.saved_record()
                 if recorded.get("state") != V.PAUSED:  # it paused just now: its supervisor is leaving
                     raise
-                handle.state = recorded
+                handle.record = recorded
         return self.describe(handle)
 
     async def delete(self, sandbox_id: str, reason: str = "it was deleted") -> dict:
@@ -793,7 +814,7 @@ class SandboxManager:
 
     async def end(self, handle: Handle, reason: str) -> None:
         """Delete one sandbox, claimed or pooled, and wait until its processes are gone."""
-        if handle.state.get("state") == V.PAUSED and not self._supervisor_alive(handle):
+        if handle.record.get("state") == V.PAUSED and not self._supervisor_alive(handle):
             await self._end_paused(handle, V.DELETED, reason)
             return
         try:
@@ -821,14 +842,14 @@ class SandboxManager:
             try:
                 for handle in list(self.live.values()):
                     self._check_handle(handle)
-                    if handle.state.get("state") == V.PAUSED and not self._supervisor_alive(handle):
-                        cap = handle.state.get("max_expires_at")
+                    if handle.record.get("state") == V.PAUSED and not self._supervisor_alive(handle):
+                        cap = handle.record.get("max_expires_at")
                         if cap is not None and statefile.epoch(cap) <= time.time():
                             await self._end_paused(handle, V.EXPIRED, "it reached its maximum lifetime while paused")
                 self.reaping = [p for p in self.reaping if p.poll() is None]
                 cutoff = time.time() - TOMBSTONE_SECONDS
                 for sandbox_id in list(self.ended):
-                    d = self.state.sandbox(sandbox_id)
+                    d = self.state_dir.sandbox(sandbox_id)
                     try:
                         if os.stat(d).st_mtime < cutoff:
                             shutil.rmtree(d, ignore_errors=True)
@@ -881,10 +902,10 @@ class SandboxManager:
                 for name, q in self.pool.items()}
 
 
-def _held(st: dict) -> dict:
+def _held(record: dict) -> dict:
     """What a sandbox holds of the host: all its limits, or only its disk when paused."""
-    limits = st.get("limits") or {}
-    if st.get("state") == V.PAUSED:
+    limits = record.get("limits") or {}
+    if record.get("state") == V.PAUSED:
         return {"disk_mb": limits.get("disk_mb", 0)}
     return limits
 

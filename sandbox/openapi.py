@@ -1,8 +1,9 @@
-"""The OpenAPI 3.1 document, generated from the same field declarations that validate requests."""
+"""The OpenAPI 3.1 document, generated from the route table (``api.ENDPOINTS``) and the same
+field declarations that validate requests."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+import re
 
 from . import __version__, schemas
 from .runtime import vocabulary as V
@@ -49,6 +50,7 @@ INFO = {
 }
 COMMAND_ID = {"name": "command_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 IMAGE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
+SANDBOX_REF = {"$ref": "#/components/schemas/Sandbox"}
 SECRET_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 128}}
 SECRET_VIEW = {"type": "object", "required": ["name", "hosts"],
                "properties": {"name": {"type": "string"}, "hosts": {"type": "array", "items": {"type": "string"}}},
@@ -85,102 +87,33 @@ def execute_event_schema() -> dict:
     return {"oneOf": variants}
 
 
-def _errors(*codes: int) -> dict:
+def error_responses(*codes: int) -> dict:
     return {str(c): {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
             for c in codes}
 
 
-def _json_body(fields: dict) -> dict:
+def json_body(fields: dict) -> dict:
     return {"required": False, "content": {"application/json": {"schema": schemas.object_schema(fields)}}}
 
 
-def _op(summary: str, ok: str = "200", body: dict | None = None, params=(), errors=(401, 404, 410, 422),
+def op(summary: str, ok: str = "200", body: dict | None = None, params=(), errors=(401, 404, 410, 422),
         content: str = "application/json", ok_schema: dict | None = None) -> dict:
     op = {"summary": summary, "parameters": list(params),
           "responses": {ok: {"description": "success", "content": {content: {"schema": ok_schema or {}}}},
-                        **_errors(*errors)}}
+                        **error_responses(*errors)}}
     if body is not None:
         op["requestBody"] = body
     return op
 
 
-@lru_cache(maxsize=1)
-def openapi_document() -> dict:
-    sid = [SANDBOX_ID]
-    sandbox_ref = {"$ref": "#/components/schemas/Sandbox"}
-    paths = {
-        "/v1/health": {"get": _op("Liveness (no token needed)", errors=())},
-        "/v1/info": {"get": _op("Version, protections in force, warm pool, node id, draining, limits and free capacity", errors=(401,),
-                                ok_schema=INFO)},
-        "/v1/node/drain": {"post": _op("Drain this node (no new sandboxes; existing ones run out), or undo it",
-                                       body=_json_body(schemas.DRAIN), errors=(400, 401, 413, 422))},
-        "/v1/sandboxes": {
-            "post": _op("Create (or claim from the warm pool) a sandbox; limits over the per-sandbox maxima get 422 "
-                        "limit_exceeded, past the server's totals 409 capacity_exceeded", ok="201", body=_json_body(schemas.CREATE),
-                        errors=(400, 401, 404, 409, 413, 422, 503), ok_schema=sandbox_ref),
-            "get": _op("List live sandboxes", errors=(401,)),
-        },
-        "/v1/sandboxes/{sandbox_id}": {
-            "get": _op("Status of one sandbox", params=sid, ok_schema=sandbox_ref),
-            "delete": _op("Delete a sandbox and kill all of its processes", params=sid),
-        },
-        "/v1/sandboxes/{sandbox_id}/renew": {"post": _op("Renew the TTL", params=sid, body=_json_body(schemas.RENEW), errors=(400, 401, 404, 410, 413, 422))},
-        "/v1/sandboxes/{sandbox_id}/interrupt": {"post": _op("Interrupt the running cell", params=sid)},
-        "/v1/sandboxes/{sandbox_id}/pause": {"post": _op(
-            "Pause a gvisor sandbox: checkpoint its live interpreter to disk and free its memory; the next call "
-            "restores it. 409 with a reason (not_supported, busy, not_running, checkpoint_failed) when it cannot",
-            params=sid, errors=(401, 404, 409, 410), ok_schema=sandbox_ref)},
-        "/v1/sandboxes/{sandbox_id}/resume": {"post": _op(
-            "Restore a paused sandbox now (any other call does it too); 409 version_mismatch when its checkpoint "
-            "was taken under another runsc or image", params=sid, errors=(401, 404, 409, 410, 503),
-            ok_schema=sandbox_ref)},
-        "/v1/sandboxes/{sandbox_id}/execute": {"post": _op("Run code; events stream as NDJSON", params=sid,
-                                                           body=_json_body(schemas.EXECUTE), content="application/x-ndjson",
-                                                           errors=(400, 401, 404, 410, 413, 422),
-                                                           ok_schema={"$ref": "#/components/schemas/ExecuteEvent"})},
-        "/v1/sandboxes/{sandbox_id}/commands": {
-            "post": _op("Run a program (argv or a shell line) beside the interpreter; start, stdout/stderr "
-                        "and done (exit_code, timed_out, duration) stream as NDJSON", params=sid,
-                        body=_json_body(schemas.COMMAND), content="application/x-ndjson",
-                        errors=(400, 401, 404, 409, 410, 413, 422, 429, 503)),
-            "get": _op("Commands running now", params=sid),
-        },
-        "/v1/sandboxes/{sandbox_id}/commands/{command_id}/interrupt": {
-            "post": _op("Interrupt a running command (SIGINT to its process group, SIGKILL after 2 s)",
-                        params=[SANDBOX_ID, COMMAND_ID])},
-        "/v1/sandboxes/{sandbox_id}/complete": {"post": _op("Completions at a cursor", params=sid, body=_json_body(schemas.COMPLETE), errors=(400, 401, 404, 410, 413, 422))},
-        "/v1/sandboxes/{sandbox_id}/inspect": {"post": _op("Object inspection at a cursor", params=sid, body=_json_body(schemas.INSPECT), errors=(400, 401, 404, 410, 413, 422))},
-        "/v1/sandboxes/{sandbox_id}/is_complete": {"post": _op("Whether code is a complete statement", params=sid, body=_json_body(schemas.IS_COMPLETE), errors=(400, 401, 404, 410, 413, 422))},
-        "/v1/sandboxes/{sandbox_id}/files": {"get": _op("List /workspace (recursive, capped at files_list_max entries)",
-                                                        params=sid, ok_schema=FILE_LIST)},
-        "/v1/sandboxes/{sandbox_id}/files/{path}": {
-            "put": _op("Upload a file (streamed raw body)", ok="201", params=[SANDBOX_ID, FILE_PATH],
-                       body={"required": False, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
-                       errors=(400, 401, 404, 410, 413, 507)),
-            "get": _op("Download a file (streamed)", params=[SANDBOX_ID, FILE_PATH], content="application/octet-stream", errors=(400, 401, 404, 410)),
-            "delete": _op("Delete a file or directory", params=[SANDBOX_ID, FILE_PATH], errors=(400, 401, 404, 409, 410)),
-        },
-        "/v1/secrets": {"get": _op("List your registered secrets (names and hosts; never a value)", errors=(401,),
-                                   ok_schema={"type": "object", "properties": {"secrets": {"type": "array", "items": SECRET_VIEW}}})},
-        "/v1/secrets/{name}": {
-            "put": _op("Register or replace a secret bound to hosts; sandboxes that name it in egress.secrets see a "
-                       "placeholder, which the egress proxy replaces in request headers to those hosts only",
-                       params=[SECRET_NAME], body={"required": True, "content": {"application/json": {
-                           "schema": schemas.object_schema(schemas.SECRET)}}},
-                       errors=(400, 401, 413, 422), ok_schema=SECRET_VIEW),
-            "delete": _op("Forget a secret (sandboxes holding its placeholder no longer get the value)",
-                          params=[SECRET_NAME], errors=(401, 404)),
-        },
-        "/v1/images": {
-            "get": _op("List images", errors=(401,)),
-            "post": _op("Build an image (progress streams as NDJSON)", body=_json_body(schemas.IMAGE_BUILD),
-                        content="application/x-ndjson", errors=(400, 401, 403, 413, 422)),
-        },
-        "/v1/images/{name}": {
-            "get": _op("One image", params=[IMAGE_NAME], errors=(401, 404)),
-            "delete": _op("Remove an image not in use", params=[IMAGE_NAME], errors=(400, 401, 403, 404, 409)),
-        },
-    }
+def document(endpoints) -> dict:
+    """The OpenAPI document of a route table: each endpoint's ``operation`` under its path
+    (``{name:converter}`` written ``{name}``) and method; endpoints without one are left out."""
+    paths: dict[str, dict] = {}
+    for endpoint in endpoints:
+        if endpoint.operation is not None:
+            path = re.sub(r"\{(\w+):\w+\}", r"{\1}", endpoint.path)
+            paths.setdefault(path, {})[endpoint.method.lower()] = endpoint.operation
     return {
         "openapi": "3.1.0",
         "info": {"title": "sandbox-kernel", "version": __version__,

@@ -22,9 +22,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .. import __version__, schemas
-from ..api import EXCEPTION_HANDLERS, TokenAuth, read_body
+from ..api import EXCEPTION_HANDLERS, TokenAuth, openapi_document, read_body
 from ..errors import ApiError
-from ..openapi import _errors, _json_body, _op, openapi_document
+from ..openapi import error_responses, json_body, op
 from . import placement
 from .config import GatewayConfig
 from .nodes import NODE_UNAVAILABLE, Node, NodeTable
@@ -35,133 +35,150 @@ DEFAULT_IMAGE = "default"
 METHODS = ["GET", "POST", "PUT", "DELETE"]
 
 
-def build_gateway_app(config: GatewayConfig, table: NodeTable) -> Starlette:
-    proxy = Proxy(table)
-    list_timeout = httpx.Timeout(10.0, connect=config.node_timeout_seconds)
+def table_of(request: Request) -> NodeTable:
+    return request.app.state.table
 
-    async def health(request: Request):
-        return JSONResponse({"status": "ok", "version": __version__, "role": "gateway"})
 
-    async def info(request: Request):
-        nodes = [n.summary() for n in table.known()]
-        pool: dict[str, dict] = {}
-        for node in table.usable():
-            for image, p in (node.info.get("pool") or {}).items():
-                merged = pool.setdefault(image, {"ready": 0, "target": 0})
-                merged["ready"] += p.get("ready", 0)
-                merged["target"] += p.get("target", 0)
-        return JSONResponse({"version": __version__, "role": "gateway", "discovery": table.source.describe(),
-                             "sandboxes": sum(n.info.get("sandboxes") or 0 for n in table.usable()),
-                             "pool": pool, "nodes": nodes})
+async def health(request: Request):
+    return JSONResponse({"status": "ok", "version": __version__, "role": "gateway"})
 
-    async def openapi(request: Request):
-        return JSONResponse(gateway_openapi())
 
-    async def nodes(request: Request):
-        return JSONResponse({"nodes": [n.summary() for n in table.known()]})
+async def info(request: Request):
+    table = table_of(request)
+    nodes = [n.summary() for n in table.known()]
+    pool: dict[str, dict] = {}
+    for node in table.usable():
+        for image, p in (node.info.get("pool") or {}).items():
+            merged = pool.setdefault(image, {"ready": 0, "target": 0})
+            merged["ready"] += p.get("ready", 0)
+            merged["target"] += p.get("target", 0)
+    return JSONResponse({"version": __version__, "role": "gateway", "discovery": table.source.describe(),
+                         "sandboxes": sum(n.info.get("sandboxes") or 0 for n in table.usable()),
+                         "pool": pool, "nodes": nodes})
 
-    async def drain(request: Request):
-        node_id = request.path_params["node_id"]
-        node = table.by_id.get(node_id)
-        if node is None:
-            raise ApiError(404, "not_found", f"no node {node_id!r} (known: {', '.join(sorted(table.by_id)) or 'none'})")
-        if not node.up:
-            raise ApiError(503, "unavailable", f"the node {node_id} is {node.error or 'down'}", extra={"reason": NODE_UNAVAILABLE})
-        raw = await read_body(request, config.request_max_bytes)
-        schemas.parse(raw, schemas.DRAIN)
-        upstream = await proxy.send(node, "POST", "/v1/node/drain", content=raw, headers={"content-type": "application/json"})
+
+async def openapi(request: Request):
+    return JSONResponse(gateway_openapi())
+
+
+async def nodes(request: Request):
+    return JSONResponse({"nodes": [n.summary() for n in table_of(request).known()]})
+
+
+async def drain(request: Request):
+    table, proxy, config = table_of(request), request.app.state.proxy, request.app.state.config
+    node_id = request.path_params["node_id"]
+    node = table.by_id.get(node_id)
+    if node is None:
+        raise ApiError(404, "not_found", f"no node {node_id!r} (known: {', '.join(sorted(table.by_id)) or 'none'})")
+    if not node.up:
+        raise ApiError(503, "unavailable", f"the node {node_id} is {node.error or 'down'}", extra={"reason": NODE_UNAVAILABLE})
+    raw = await read_body(request, config.request_max_bytes)
+    schemas.parse(raw, schemas.DRAIN)
+    upstream = await proxy.send(node, "POST", "/v1/node/drain", content=raw, headers={"content-type": "application/json"})
+    content = await _read_all(upstream, node)
+    if upstream.status_code == 200:
+        node.info["draining"] = json.loads(content).get("draining")
+    return Response(content, upstream.status_code, media_type="application/json")
+
+
+async def create(request: Request):
+    table, proxy = table_of(request), request.app.state.proxy
+    raw = await read_body(request, request.app.state.config.request_max_bytes)
+    data = schemas.parse(raw, schemas.CREATE)
+    image = data.get("image") or DEFAULT_IMAGE
+    candidates, refused = placement.rank(table.usable(), image, data.get("memory_mb"))
+    for node in table.known():
+        if node.node_id and not node.up and node.departed_at is None:
+            refused[node.node_id] = node.error or "down"
+    for node in candidates:
+        try:
+            upstream = await proxy.send(node, "POST", "/v1/sandboxes", content=raw,
+                                        headers={"content-type": "application/json"})
+        except NotSent as exc:
+            refused[node.node_id] = exc.message
+            continue
         content = await _read_all(upstream, node)
-        if upstream.status_code == 200:
-            node.info["draining"] = json.loads(content).get("draining")
+        # 503: draining, shutting down, or the sandbox could not start; 409: no room after
+        # all (the info was stale): the next node.
+        if upstream.status_code in (409, 503):
+            refused[node.node_id] = _message(content)
+            continue
+        if upstream.status_code == 201:
+            placement.note_placed(node.info, image, bool(json.loads(content).get("from_pool")), data.get("memory_mb"))
         return Response(content, upstream.status_code, media_type="application/json")
+    why = "; ".join(f"{k}: {v}" for k, v in sorted(refused.items())) or "no nodes found"
+    raise ApiError(503, "unavailable", f"no node can take a new sandbox now ({why})")
 
-    async def create(request: Request):
-        raw = await read_body(request, config.request_max_bytes)
-        data = schemas.parse(raw, schemas.CREATE)
-        image = data.get("image") or DEFAULT_IMAGE
-        candidates, refused = placement.rank(table.usable(), image, data.get("memory_mb"))
-        for node in table.known():
-            if node.node_id and not node.up and node.departed_at is None:
-                refused[node.node_id] = node.error or "down"
-        for node in candidates:
-            try:
-                upstream = await proxy.send(node, "POST", "/v1/sandboxes", content=raw,
-                                            headers={"content-type": "application/json"})
-            except NotSent as exc:
-                refused[node.node_id] = exc.message
-                continue
-            content = await _read_all(upstream, node)
-            # 503: draining, shutting down, or the sandbox could not start; 409: no room after
-            # all (the info was stale): the next node.
-            if upstream.status_code in (409, 503):
-                refused[node.node_id] = _message(content)
-                continue
-            if upstream.status_code == 201:
-                placement.note_placed(node.info, image, bool(json.loads(content).get("from_pool")), data.get("memory_mb"))
-            return Response(content, upstream.status_code, media_type="application/json")
-        why = "; ".join(f"{k}: {v}" for k, v in sorted(refused.items())) or "no nodes found"
-        raise ApiError(503, "unavailable", f"no node can take a new sandbox now ({why})")
 
-    async def list_sandboxes(request: Request):
-        known = [n for n in table.known() if n.node_id or n.up]
+async def list_sandboxes(request: Request):
+    proxy, config = request.app.state.proxy, request.app.state.config
+    list_timeout = httpx.Timeout(10.0, connect=config.node_timeout_seconds)
+    known = [n for n in table_of(request).known() if n.node_id or n.up]
 
-        async def one(node: Node) -> list:
-            if not node.up:
-                raise ApiError(503, "unavailable", node.error or "down")
-            upstream = await proxy.send(node, "GET", "/v1/sandboxes", timeout=list_timeout)
-            content = await _read_all(upstream, node)
-            if upstream.status_code != 200:
-                raise ApiError(503, "unavailable", f"HTTP {upstream.status_code}: {_message(content)}")
-            return json.loads(content)["sandboxes"]
+    async def one(node: Node) -> list:
+        if not node.up:
+            raise ApiError(503, "unavailable", node.error or "down")
+        upstream = await proxy.send(node, "GET", "/v1/sandboxes", timeout=list_timeout)
+        content = await _read_all(upstream, node)
+        if upstream.status_code != 200:
+            raise ApiError(503, "unavailable", f"HTTP {upstream.status_code}: {_message(content)}")
+        return json.loads(content)["sandboxes"]
 
-        results = await asyncio.gather(*(one(n) for n in known), return_exceptions=True)
-        sandboxes, unavailable = [], []
-        for node, result in zip(known, results):
-            if isinstance(result, BaseException):
-                message = result.message if isinstance(result, ApiError) else f"{type(result).__name__}: {result}"
-                unavailable.append({"node_id": node.node_id, "address": node.address, "message": message})
-            else:
-                sandboxes += result
-        return JSONResponse({"sandboxes": sandboxes, "nodes_unavailable": unavailable})
-
-    async def sandbox_call(request: Request):
-        sandbox_id = request.path_params["sandbox_id"]
-        node = table.route(sandbox_id)
-        if request.method == "PUT":  # a file upload: streamed through, never held here
-            body = request.stream()
-        elif request.method == "POST":
-            body = await read_body(request, config.request_max_bytes)
+    results = await asyncio.gather(*(one(n) for n in known), return_exceptions=True)
+    sandboxes, unavailable = [], []
+    for node, result in zip(known, results):
+        if isinstance(result, BaseException):
+            message = result.message if isinstance(result, ApiError) else f"{type(result).__name__}: {result}"
+            unavailable.append({"node_id": node.node_id, "address": node.address, "message": message})
         else:
-            body = None
-        return await proxy.forward(request, node, sandbox_id, body)
+            sandboxes += result
+    return JSONResponse({"sandboxes": sandboxes, "nodes_unavailable": unavailable})
 
-    async def any_node(request: Request):
-        usable = sorted(table.usable(), key=lambda n: n.node_id)
-        if not usable:
-            raise ApiError(503, "unavailable", "no node is answering")
-        return await proxy.forward(request, usable[0], None, None)
 
-    async def image_build_elsewhere(request: Request):
-        raise ApiError(501, "not_supported", "images are built on each node (sandbox-kernel image build; in Kubernetes "
-                       "the node DaemonSet's init step), not through the gateway")
+async def sandbox_call(request: Request):
+    sandbox_id = request.path_params["sandbox_id"]
+    node = table_of(request).route(sandbox_id)
+    if request.method == "PUT":  # a file upload: streamed through, never held here
+        body = request.stream()
+    elif request.method == "POST":
+        body = await read_body(request, request.app.state.config.request_max_bytes)
+    else:
+        body = None
+    return await request.app.state.proxy.forward(request, node, sandbox_id, body)
 
-    sid = "/v1/sandboxes/{sandbox_id}"
-    routes = [
-        Route("/v1/health", health, methods=["GET"]),
-        Route("/v1/info", info, methods=["GET"]),
-        Route("/v1/openapi.json", openapi, methods=["GET"]),
-        Route("/v1/nodes", nodes, methods=["GET"]),
-        Route("/v1/nodes/{node_id}/drain", drain, methods=["POST"]),
-        Route("/v1/sandboxes", create, methods=["POST"]),
-        Route("/v1/sandboxes", list_sandboxes, methods=["GET"]),
-        Route(sid, sandbox_call, methods=METHODS),
-        Route(sid + "/{rest:path}", sandbox_call, methods=METHODS),
-        Route("/v1/images", any_node, methods=["GET"]),
-        Route("/v1/images", image_build_elsewhere, methods=["POST"]),
-        Route("/v1/images/{name}", any_node, methods=["GET"]),
-        Route("/v1/images/{name}", image_build_elsewhere, methods=["DELETE"]),
-    ]
 
+async def any_node(request: Request):
+    usable = sorted(table_of(request).usable(), key=lambda n: n.node_id)
+    if not usable:
+        raise ApiError(503, "unavailable", "no node is answering")
+    return await request.app.state.proxy.forward(request, usable[0], None, None)
+
+
+async def image_build_elsewhere(request: Request):
+    raise ApiError(501, "not_supported", "images are built on each node (sandbox-kernel image build; in Kubernetes "
+                   "the node DaemonSet's init step), not through the gateway")
+
+
+SID = "/v1/sandboxes/{sandbox_id}"
+ROUTES = [
+    Route("/v1/health", health, methods=["GET"]),
+    Route("/v1/info", info, methods=["GET"]),
+    Route("/v1/openapi.json", openapi, methods=["GET"]),
+    Route("/v1/nodes", nodes, methods=["GET"]),
+    Route("/v1/nodes/{node_id}/drain", drain, methods=["POST"]),
+    Route("/v1/sandboxes", create, methods=["POST"]),
+    Route("/v1/sandboxes", list_sandboxes, methods=["GET"]),
+    Route(SID, sandbox_call, methods=METHODS),
+    Route(SID + "/{rest:path}", sandbox_call, methods=METHODS),
+    Route("/v1/images", any_node, methods=["GET"]),
+    Route("/v1/images", image_build_elsewhere, methods=["POST"]),
+    Route("/v1/images/{name}", any_node, methods=["GET"]),
+    Route("/v1/images/{name}", image_build_elsewhere, methods=["DELETE"]),
+]
+
+
+def build_gateway_app(config: GatewayConfig, table: NodeTable) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await table.refresh()  # serve knowing the nodes: a restarted gateway routes at once
@@ -172,9 +189,11 @@ def build_gateway_app(config: GatewayConfig, table: NodeTable) -> Starlette:
             task.cancel()
             await table.close()
 
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app = Starlette(routes=ROUTES, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(TokenAuth, token=config.token)
     app.state.table = table
+    app.state.proxy = Proxy(table)
+    app.state.config = config
     return app
 
 
@@ -202,12 +221,12 @@ def gateway_openapi() -> dict:
     doc = copy.deepcopy(openapi_document())
     doc["paths"].pop("/v1/node/drain", None)
     node_id = {"name": "node_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 40}}
-    doc["paths"]["/v1/nodes"] = {"get": _op("The nodes behind this gateway: address, state, capacity, pool", errors=(401,))}
-    doc["paths"]["/v1/nodes/{node_id}/drain"] = {"post": _op(
+    doc["paths"]["/v1/nodes"] = {"get": op("The nodes behind this gateway: address, state, capacity, pool", errors=(401,))}
+    doc["paths"]["/v1/nodes/{node_id}/drain"] = {"post": op(
         "Drain a node (no new sandboxes; existing ones run out), or undo it", params=[node_id],
-        body=_json_body(schemas.DRAIN), errors=(400, 401, 404, 413, 422, 503))}
-    for op in ("post",):
-        doc["paths"]["/v1/images"][op]["responses"].update(_errors(501))
-    doc["paths"]["/v1/images/{name}"]["delete"]["responses"].update(_errors(501))
+        body=json_body(schemas.DRAIN), errors=(400, 401, 404, 413, 422, 503))}
+    for method in ("post",):
+        doc["paths"]["/v1/images"][method]["responses"].update(error_responses(501))
+    doc["paths"]["/v1/images/{name}"]["delete"]["responses"].update(error_responses(501))
     doc["info"]["description"] += " Served by a gateway over many nodes."
     return doc

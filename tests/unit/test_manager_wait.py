@@ -25,7 +25,7 @@ def test_waiting_for_a_supervisor_to_exit_leaves_the_event_loop_free(tmp_path):
     sandbox_dir.mkdir()
     slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
     handle = Handle("sbx-slow", str(sandbox_dir), "default", None, pid=slow.pid, process=slow,
-                    state={"state": "dead", "dead_reason": "failed_to_start"})
+                    record={"state": "dead", "dead_reason": "failed_to_start"})
     manager.live[handle.id] = handle
     served_meanwhile = 0  # turns the loop gave another task while the "supervisor" was still there
 
