@@ -119,6 +119,13 @@ def _kind_problem(spec: V.FieldSpec, value) -> str | None:
             if not isinstance(item, str):
                 return f"must be an array of strings, holds {_json_type(item)}"
         return None
+    if kind == V.Kind.OBJECT_LIST:
+        if not isinstance(value, list):
+            return f"must be an array of objects, got {_json_type(value)}"
+        for item in value:
+            if not isinstance(item, dict):
+                return f"must be an array of objects, holds {_json_type(item)}"
+        return None
     if kind == V.Kind.BUNDLE:
         if not isinstance(value, dict):
             return f"must be an object (a MIME bundle), got {_json_type(value)}"
@@ -152,6 +159,9 @@ def check(message: dict, fields_of: dict | None = None) -> None:
         if spec is None:
             raise Violation(f"a {kind} frame has no field {name[:40]!r}")
         problem = _kind_problem(spec, value)
+        if problem is None and spec.max_len is not None and isinstance(value, (str, list)) \
+                and len(value) > spec.max_len:
+            problem = f"holds {len(value)} {'characters' if isinstance(value, str) else 'items'}; at most {spec.max_len}"
         if problem:
             raise Violation(f"a {kind} frame's field {name!r} {problem}")
     for name, spec in fields.items():

@@ -24,6 +24,7 @@ from . import vocabulary as V
 from .capture import OutputBudget, PipeDrain
 from .commands import CommandRunner
 from .display import clean_bundle, clean_metadata
+from .frontend import InputChannel, comm_message, install_comms
 from .protocol import STDIO_CHANNEL, SocketChannel
 
 
@@ -47,6 +48,9 @@ class Runtime:
         self.accepted: set[str] = set()  # executes received, not started
         self.cancelled: dict[str, dict] = {}  # ... and interrupted before they started
         self.commands: CommandRunner | None = None
+        self.stdin = InputChannel(self)
+        self.comm_manager = None  # frontend.install_comms, when the image has `comm`
+        self.parent_msg_id: str | None = None  # the frontend's id of the request being run
 
     # ----------------------------------------------------------------- output
     def send(self, message: dict) -> None:
@@ -153,8 +157,10 @@ class Runtime:
                 self.interrupt(message)
             elif message.get("op") in (V.OP_COMMAND, V.OP_COMMAND_SIGNAL):
                 self.commands.handle(message)  # here, not queued: the main thread may be in a cell
+            elif message.get("op") == V.OP_INPUT_REPLY:
+                self.stdin.answer(message)  # here: the main thread waits in input()
             else:
-                if message.get("op") == V.OP_EXECUTE:
+                if message.get("op") in (V.OP_EXECUTE, V.OP_COMM):
                     with self.lock:
                         self.accepted.add(message.get("exec"))
                 self.requests.put(message)
@@ -191,6 +197,31 @@ class Runtime:
         self.send({"type": V.REPLY, "id": message.get("id"), "ok": True})
 
     def do_execute(self, message: dict) -> None:
+        def run() -> bool:
+            result = self.shell.run_cell(
+                message.get("code", ""),
+                store_history=bool(message.get("store_history", True)),
+                silent=bool(message.get("silent", False)),
+            )
+            return result.success
+
+        self._run_request(message, run)
+
+    def do_comm(self, message: dict) -> None:
+        """A comm message from the frontend (a slider moved): its handlers run as a cell would,
+        their output and comm messages being this request's events."""
+        def run() -> bool:
+            handler = getattr(self.comm_manager, str(message.get("msg_type")), None)
+            if self.comm_manager is None or message.get("msg_type") not in V.COMM_MESSAGES:
+                raise RuntimeError("this sandbox's image has no comm support (install ipywidgets)")
+            handler(None, None, comm_message(message))
+            return True
+
+        self._run_request(message, run)
+
+    def _run_request(self, message: dict, run) -> None:
+        """Run ``run`` (a cell, or a comm message's handlers) as execution ``message["exec"]``:
+        its output is sent as that execution's events, then one ``done``."""
         exec_id = message["exec"]
         self.budget.reset()
         self.interrupt_reason = None
@@ -200,24 +231,25 @@ class Runtime:
             self.accepted.discard(exec_id)
             cancelled = self.cancelled.pop(exec_id, None)
             self.current = exec_id
+        self.parent_msg_id = str(message.get("msg_id") or "") or None
+        self.stdin.allowed = bool(message.get("allow_stdin"))
         status = V.OK
+        extra: dict = {}
         try:
             if cancelled is not None:
                 self.interrupt_reason = cancelled
                 raise KeyboardInterrupt
-            result = self.shell.run_cell(
-                message.get("code", ""),
-                store_history=bool(message.get("store_history", True)),
-                silent=bool(message.get("silent", False)),
-            )
-            if not result.success:
+            if not run():
                 status = V.ERROR
+            extra = self.reply_extras(message.get("user_expressions") if status == V.OK else None)
         except KeyboardInterrupt:
             status = V.ERROR
             self.publish_error(KeyboardInterrupt, KeyboardInterrupt(), ["KeyboardInterrupt"])
         except BaseException as exc:  # the shell itself failed; report, stay alive
             status = V.ERROR
             self.publish_error(type(exc), exc, traceback.format_exception(exc))
+        finally:
+            self.stdin.allowed = False
         try:
             self.sync_streams()
         except KeyboardInterrupt:
@@ -231,9 +263,42 @@ class Runtime:
         if self.interrupt_reason is not None:
             reason = V.TIMEOUT_INTERRUPTED if self.interrupt_reason.get("reason") == "timeout" else V.INTERRUPTED
         self.current = None
-        self.send(V.done_event(status, execution_count=self.shell.execution_count - 1,
-                               duration=round(time.monotonic() - started, 6),
-                               truncated=self.budget.truncated, reason=reason, exec_id=exec_id))
+        self.parent_msg_id = None
+        done = V.done_event(status, execution_count=self.shell.execution_count - 1,
+                            duration=round(time.monotonic() - started, 6),
+                            truncated=self.budget.truncated, reason=reason, exec_id=exec_id, **extra)
+        fitted, data = fitting.fit(done, 1 << 62, self.frame_limit)
+        if fitted is None:  # payloads too large for a frame: the done without them
+            done.pop("payload", None)
+            done.pop("user_expressions", None)
+            data = fitting.payload(done)
+        self.send_payload(data)
+
+    def reply_extras(self, expressions) -> dict:
+        """What ipykernel's execute reply adds: the payloads the cell left (pager text from
+        ``?``, ``%load``'s next input) and its user_expressions, evaluated after the cell."""
+        extra: dict = {}
+        payloads = []
+        for item in self.shell.payload_manager.read_payload():
+            item = clean_metadata(item)
+            if item.get("source") == "page":
+                item["data"] = clean_bundle(item.get("data") or {}, self.frame_limit // 2)[0]
+            payloads.append(item)
+        self.shell.payload_manager.clear_payload()
+        if payloads:
+            extra["payload"] = payloads
+        if isinstance(expressions, dict) and expressions:
+            values = self.shell.user_expressions(
+                {str(k): str(v) for k, v in list(expressions.items())[:V.USER_EXPRESSIONS_MAX]})
+            extra["user_expressions"] = {
+                key: {**clean_metadata(value), "data": clean_bundle(value.get("data") or {}, self.frame_limit // 4)[0]}
+                if value.get("status") == V.OK else clean_metadata(value)
+                for key, value in values.items()}
+        return extra
+
+    def publish_comm(self, event: dict) -> None:
+        self.sync_streams()
+        self.send_output(event)
 
     def do_complete(self, message: dict) -> None:
         """Jedi-backed completion, as ipykernel does it (columns and methods of a DataFrame)."""
@@ -376,6 +441,8 @@ def _main(argv: list[str], diag: int) -> None:
     from .shell import make_shell
 
     runtime.shell = make_shell(runtime)
+    runtime.stdin.install()
+    runtime.comm_manager = install_comms(runtime)
     os.chdir(os.environ.get("SANDBOX_WORKDIR", "/workspace"))
     setup_matplotlib(preload)
     failed = []

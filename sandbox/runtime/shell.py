@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from IPython.core import page, payloadpage
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 from . import vocabulary as V
 from .display import EventDisplayHook, EventDisplayPublisher
+from .frontend import KernelStandIn
 
 
 class SandboxShell(InteractiveShell):
     """InteractiveShell whose tracebacks become one ``error`` event per failing cell."""
 
     runtime = None
+    kernel = None  # frontend.KernelStandIn: what ipywidgets looks for on get_ipython()
 
     def _showtraceback(self, etype, evalue, stb):
         self.runtime.publish_error(etype, evalue, stb)
@@ -20,6 +23,18 @@ class SandboxShell(InteractiveShell):
     def ask_exit(self):
         # exit()/quit() in a cell would end the shell; a sandbox ends by delete or TTL.
         self.runtime.publish_stream(V.STDERR, "exit() has no effect in a sandbox; delete the sandbox to end it.\n")
+
+    def set_next_input(self, text, replace=False):
+        """``%load``: the frontend puts the text in the next cell (a payload, as ipykernel)."""
+        self.payload_manager.write_payload({"source": "set_next_input", "text": text, "replace": replace})
+
+    def get_parent(self):
+        """The frontend's request being run, as ipykernel's shell says it (ipywidgets'
+        ``Output`` widget captures output by its id)."""
+        return self.kernel.get_parent()
+
+    def set_parent(self, parent):
+        pass  # the runtime knows which request runs
 
     def enable_gui(self, gui=None):
         if gui not in (None, "inline"):
@@ -36,6 +51,9 @@ def make_shell(runtime) -> SandboxShell:
         colors="linux",
     )
     shell.runtime = runtime
+    shell.kernel = KernelStandIn(runtime)
+    # `len?` pages its help into the execute reply (ipykernel's hook), not to a terminal.
+    shell.set_hook("show_in_pager", page.as_hook(payloadpage.page), 99)
     shell.displayhook.runtime = runtime
     shell.display_pub.runtime = runtime
     return shell

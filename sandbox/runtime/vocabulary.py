@@ -35,13 +35,22 @@ EXECUTE_RESULT = "execute_result"
 CLEAR_OUTPUT = "clear_output"
 ERROR = "error"
 DONE = "done"
+# What code in the sandbox asks of the frontend during an execute: an answer to input()
+# or getpass() (the execute waits for it, see OP_INPUT_REPLY), and the messages of comms
+# (ipywidgets), as Jupyter names them. Comm messages also go the other way (OP_COMM).
+INPUT_REQUEST = "input_request"
+COMM_OPEN = "comm_open"
+COMM_MSG = "comm_msg"
+COMM_CLOSE = "comm_close"
+COMM_MESSAGES = frozenset({COMM_OPEN, COMM_MSG, COMM_CLOSE})
 
 # Frames only the runtime sends (never forwarded to a client as they are).
 READY = "ready"
 REPLY = "reply"
 
 #: Events that carry a cell's output (everything an execute streams before its ``done``).
-OUTPUT_EVENTS = frozenset({STREAM, DISPLAY_DATA, UPDATE_DISPLAY_DATA, EXECUTE_RESULT, CLEAR_OUTPUT, ERROR})
+OUTPUT_EVENTS = frozenset({STREAM, DISPLAY_DATA, UPDATE_DISPLAY_DATA, EXECUTE_RESULT, CLEAR_OUTPUT, ERROR,
+                           INPUT_REQUEST}) | COMM_MESSAGES
 #: Events whose content is a MIME bundle (``data``) with ``metadata``.
 BUNDLE_EVENTS = frozenset({DISPLAY_DATA, UPDATE_DISPLAY_DATA, EXECUTE_RESULT})
 #: Every event of an execute, in the order a client sees them: outputs, then one ``done``.
@@ -76,8 +85,20 @@ OP_INSPECT = "inspect"
 OP_IS_COMPLETE = "is_complete"
 OP_COMMAND = "command"
 OP_COMMAND_SIGNAL = "command_signal"
+# A comm message from the frontend, run like an execute (queued behind cells, with the same
+# events, timeout and output cap): the handlers it calls (a slider moved) make output too.
+OP_COMM = "comm"
+# The answer to an input_request, handed at once to the execute that waits for it.
+OP_INPUT_REPLY = "input_reply"
 OPS = frozenset({OP_EXECUTE, OP_INTERRUPT, OP_PING, OP_COMPLETE, OP_INSPECT, OP_IS_COMPLETE,
-                 OP_COMMAND, OP_COMMAND_SIGNAL})
+                 OP_COMMAND, OP_COMMAND_SIGNAL, OP_COMM, OP_INPUT_REPLY})
+
+# Bounds of what the frontend sends in (checked by the API) and the sandbox sends out.
+PROMPT_MAX_CHARS = 4096        # an input_request's prompt (longer ones are cut)
+INPUT_MAX_CHARS = 1024 * 1024  # an answer to input()
+USER_EXPRESSIONS_MAX = 64      # user_expressions in one execute request
+COMM_BUFFERS_MAX = 16          # binary buffers of one comm message (base64 strings)
+NAME_MAX_CHARS = 256           # a comm's id, target name and target module
 
 # ------------------------------------------------------------------ done statuses
 OK = "ok"
@@ -238,17 +259,21 @@ class Kind:
     OBJECT = "object"      # a JSON object (any values)
     BUNDLE = "bundle"      # a MIME bundle: mime type -> str, or JSON for +json types
     STR_LIST = "str_list"  # a list of strings
+    OBJECT_LIST = "object_list"  # a list of JSON objects
 
 
 class FieldSpec:
     """One field of an event: its kind, whether it must be present, whether null is allowed,
-    and for strings the set of allowed values (``choices``)."""
+    for strings the set of allowed values (``choices``), and ``max_len``: the most
+    characters a string, or items a list, may hold (None: only the frame's size bounds it)."""
 
-    __slots__ = ("kind", "required", "nullable", "choices")
+    __slots__ = ("kind", "required", "nullable", "choices", "max_len")
 
-    def __init__(self, kind: str, required: bool = True, nullable: bool = False, choices=None):
+    def __init__(self, kind: str, required: bool = True, nullable: bool = False, choices=None,
+                 max_len: int | None = None):
         self.kind, self.required, self.nullable = kind, required, nullable
         self.choices = frozenset(choices) if choices is not None else None
+        self.max_len = max_len
 
     def __repr__(self) -> str:
         return f"FieldSpec({self.kind!r}, required={self.required}, nullable={self.nullable})"
@@ -273,7 +298,19 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
            "execution_count": FieldSpec(Kind.INT, nullable=True),
            "duration": FieldSpec(Kind.NUMBER, required=False),
            "truncated": FieldSpec(Kind.BOOL, required=False),
-           "reason": FieldSpec(Kind.STR, required=False, nullable=True, choices=REASONS)},
+           "reason": FieldSpec(Kind.STR, required=False, nullable=True, choices=REASONS),
+           # what ipykernel puts in the execute reply: pager text (`len?`), the next cell's
+           # text (`%load`), and the values of the request's user_expressions
+           "payload": FieldSpec(Kind.OBJECT_LIST, required=False),
+           "user_expressions": FieldSpec(Kind.OBJECT, required=False)},
+    INPUT_REQUEST: {**_EXEC, "prompt": FieldSpec(Kind.STR, max_len=PROMPT_MAX_CHARS),
+                    "password": FieldSpec(Kind.BOOL)},
+    **{kind: {**_EXEC, "comm_id": FieldSpec(Kind.STR, max_len=NAME_MAX_CHARS), "data": FieldSpec(Kind.OBJECT),
+              "metadata": FieldSpec(Kind.OBJECT, required=False),
+              "buffers": FieldSpec(Kind.STR_LIST, required=False, max_len=COMM_BUFFERS_MAX),
+              "target_name": FieldSpec(Kind.STR, required=False, max_len=NAME_MAX_CHARS),
+              "target_module": FieldSpec(Kind.STR, required=False, nullable=True, max_len=NAME_MAX_CHARS)}
+       for kind in COMM_MESSAGES},
     COMMAND_DONE: {"exec": FieldSpec(Kind.STR), "exit_code": FieldSpec(Kind.INT, nullable=True),
                    "signal": FieldSpec(Kind.INT, nullable=True), "duration": FieldSpec(Kind.NUMBER),
                    "truncated": FieldSpec(Kind.BOOL), "error": FieldSpec(Kind.STR, nullable=True)},
