@@ -15,8 +15,11 @@ import signal
 import typing as t
 from fnmatch import fnmatchcase
 
+import zmq
 from ipykernel.kernelbase import Kernel
 from traitlets import Float
+
+from sandbox.runtime import vocabulary as V
 
 from . import __version__
 from .config import SandboxSettings
@@ -33,21 +36,54 @@ class _Out:
     worker threads (progress bars during uploads) is still attributed to the cell.
     """
 
-    def __init__(self, kernel: SandboxKernel, silent: bool) -> None:
+    def __init__(self, kernel: SandboxKernel, silent: bool, allow_stdin: bool = False,
+                 user_expressions: dict | None = None) -> None:
         self.kernel = kernel
         self.silent = silent
+        self.allow_stdin = allow_stdin
+        self.user_expressions = user_expressions
         self.parent = kernel.get_parent("shell")
+        self.ident = kernel._parent_ident["shell"]
+        self.msg_id: str | None = (self.parent.get("header") or {}).get("msg_id")
         self.error: dict[str, t.Any] | None = None
         self.text_result: str | None = None
 
-    def send(self, msg_type: str, content: dict[str, t.Any]) -> None:
+    def send(self, msg_type: str, content: dict[str, t.Any], buffers: list[bytes] | None = None) -> None:
         if msg_type == "error":
             self.error = content
         if self.silent or self.kernel.session is None:
             return
         self.kernel.session.send(
-            self.kernel.iopub_socket, msg_type, content, parent=self.parent, ident=self.kernel._topic(msg_type)
+            self.kernel.iopub_socket, msg_type, content, parent=self.parent, ident=self.kernel._topic(msg_type),
+            buffers=buffers,
         )
+
+    def comm(self, msg_type: str, content: dict[str, t.Any], buffers: list[bytes]) -> None:
+        # Sent even for a silent request: a widget is state, not output.
+        if self.kernel.session is not None:
+            self.kernel.session.send(self.kernel.iopub_socket, msg_type, content, parent=self.parent,
+                                     ident=self.kernel._topic(msg_type), buffers=buffers or None)
+
+    async def ask_input(self, prompt: str, password: bool) -> str:
+        """ipykernel's `_input_request`, without blocking the event loop (the execute's
+        stream and an interrupt must go on): the question on the stdin channel, then its
+        answer, polled."""
+        kernel = self.kernel
+        socket = kernel.stdin_socket
+        while True:  # stale answers of an earlier question
+            try:
+                socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.ZMQError:
+                break
+        kernel.session.send(socket, "input_request", {"prompt": prompt, "password": password}, self.parent,
+                            ident=self.ident)
+        while True:
+            if socket.poll(0):
+                _ident, reply = kernel.session.recv(socket, zmq.NOBLOCK)
+                if reply is not None:
+                    value = (reply.get("content") or {}).get("value", "")
+                    return value if isinstance(value, str) else ""
+            await asyncio.sleep(0.02)
 
     def stream(self, name: str, text: str) -> None:
         self.send("stream", {"name": name, "text": text})
@@ -91,6 +127,8 @@ class SandboxKernel(SandboxSettings, Kernel):
     def __init__(self, **kwargs: t.Any) -> None:
         super().__init__(**kwargs)
         self.lifecycle = SandboxLifecycle(self, self.log)
+        for msg_type in V.COMM_MESSAGES:  # ipykernel hands these to its comm manager; we, to the sandbox
+            self.shell_handlers[msg_type] = self.comm_from_page
         self._history: list[tuple[int, int, str, str | None]] = []
         self._history_session = 1
         self._history_line = itertools.count(1)
@@ -139,7 +177,7 @@ class SandboxKernel(SandboxSettings, Kernel):
         cell_meta: dict | None = None,
         cell_id: str | None = None,
     ) -> dict[str, t.Any]:
-        out = _Out(self, silent)
+        out = _Out(self, silent, allow_stdin=allow_stdin and self.stdin_socket is not None, user_expressions=user_expressions)
         count = self.execution_count
         task = await self.lifecycle.run_cell(code, silent, store_history, out)
         if task.cancelled():
@@ -165,6 +203,18 @@ class SandboxKernel(SandboxSettings, Kernel):
             # The cell already showed its error; this one is context, not a second error.
             out.stream("stderr", f"{ename}: {evalue}\n")
         return error_reply(count, t.cast(dict, out.error))
+
+    async def comm_from_page(self, stream: t.Any, ident: t.Any, parent: dict[str, t.Any]) -> None:
+        """comm_open / comm_msg / comm_close from the page (a widget's state changed there):
+        delivered to the sandbox, where the widget's handlers run."""
+        content = parent.get("content") if isinstance(parent.get("content"), dict) else {}
+        metadata = parent.get("metadata") if isinstance(parent.get("metadata"), dict) else {}
+        buffers = [bytes(b) for b in parent.get("buffers") or []]
+        out = _Out(self, silent=False)
+        try:
+            await self.lifecycle.run_comm(parent["header"]["msg_type"], content, metadata, buffers, out)
+        except Exception as exc:  # a frontend's message must never take the kernel down
+            self.log.warning("comm message not delivered: %s", exc)
 
     # ------------------------------------------------------------------ control
 

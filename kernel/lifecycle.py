@@ -20,6 +20,7 @@ attributes (`sandbox_id`, `server_config`) of this object.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import pathlib
@@ -31,6 +32,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from sandbox.runtime import vocabulary as V
 from sandbox.client import (
     AsyncSandbox,
     InvalidRequest,
@@ -47,8 +49,10 @@ from .config import SandboxSettings
 from .failure import CellFailure
 from .magics import run_magic, split_cell
 from .host import HostNamespace, host_cells_enabled, is_host_cell
-from .outputs import CellMapper, died_reason, error_reply, gone_notice, ok_reply
+from .outputs import (CellMapper, died_reason, error_reply, gone_notice, ok_reply, reply_payload,
+                      reply_user_expressions)
 from .server import ServerStartError, ensure_server
+from .widgets import CommRelay
 
 # Show startup progress in the cell only if the wait is long enough to wonder about.
 PROGRESS_AFTER = 3.0
@@ -82,8 +86,15 @@ class Output(t.Protocol):
 
     silent: bool
     text_result: str | None
+    allow_stdin: bool  # the request's: whether input() may ask the frontend
+    user_expressions: dict[str, str] | None
+    msg_id: str | None  # the frontend's id of the request (ipywidgets' Output captures by it)
 
     def send(self, msg_type: str, content: dict[str, t.Any]) -> None: ...
+
+    def comm(self, msg_type: str, content: dict[str, t.Any], buffers: list[bytes]) -> None: ...
+
+    async def ask_input(self, prompt: str, password: bool) -> str: ...
 
     def stream(self, name: str, text: str) -> None: ...
 
@@ -97,6 +108,7 @@ class _Cell:
     task: asyncio.Task
     loop: asyncio.AbstractEventLoop
     remote: bool = False
+    waiting: asyncio.Future | None = None  # the frontend's answer to input(), while asked
 
 
 @dataclass
@@ -147,6 +159,8 @@ class SandboxLifecycle:
         self._status = ""
         self._gone: _Gone | None = None
         self._pending_notice: str | None = None
+        self.comms = CommRelay(self.outputs_passthrough)
+        self.comms_in_flight = 0  # comm messages from the page the sandbox is handling
 
     def config(self) -> ServerConfig:
         """Where the server is (sandbox/endpoint.py's rule: the configured URL, else the
@@ -244,6 +258,7 @@ class SandboxLifecycle:
         self._sandbox = sbx
         self.sandbox_id = sbx.id
         self.last_count = sbx.info.execution_count
+        self.comms.models.clear()  # a new sandbox holds none of the old one's widgets
         gone, self._gone = self._gone, None
         if gone is not None:
             self._pending_notice = gone_notice(gone.sandbox_id, gone.why, gone.pushed, sbx.id)
@@ -441,11 +456,7 @@ class SandboxLifecycle:
         self, sbx: AsyncSandbox, code: str, silent: bool, store_history: bool, out: Output
     ) -> dict[str, t.Any]:
         mapper = CellMapper(execution_count=self.last_count + 1, passthrough=self.outputs_passthrough)
-
-        def on_event(event: dict[str, t.Any]) -> None:
-            for msg_type, content in mapper.feed(event):
-                out.send(msg_type, content)
-
+        on_event = self._event_handler(sbx, mapper, out)
         cell = self._cell
         if cell is not None:
             cell.remote = True
@@ -456,11 +467,17 @@ class SandboxLifecycle:
                 silent=silent,
                 store_history=store_history,
                 on_event=on_event,
+                allow_stdin=out.allow_stdin,
+                user_expressions=out.user_expressions or None,
+                msg_id=out.msg_id,
             )
         finally:
             if cell is not None:
                 cell.remote = False
         owed, reply = mapper.finish()
+        reply["payload"] = reply_payload(execution.payload, self.outputs_passthrough)
+        if reply["status"] == "ok":
+            reply["user_expressions"] = reply_user_expressions(execution.user_expressions, self.outputs_passthrough)
         for msg_type, content in owed:
             out.send(msg_type, content)
         if execution.execution_count is not None:
@@ -470,6 +487,68 @@ class SandboxLifecycle:
         out.text_result = mapper.text_result
         return reply
 
+    def _event_handler(self, sbx: AsyncSandbox, mapper: CellMapper, out: Output):
+        """The sandbox events of one request -> IOPub messages, comm messages through the
+        widget rules, and input() answered through the frontend."""
+
+        async def on_event(event: dict[str, t.Any]) -> None:
+            kind = event.get("type")
+            if kind == V.INPUT_REQUEST:
+                await self._answer_input(sbx, event, out)
+            elif kind in V.COMM_MESSAGES:
+                message = self.comms.to_page(event)
+                if message is not None:
+                    out.comm(*message)
+            else:
+                for msg_type, content in mapper.feed(event):
+                    out.send(msg_type, content)
+
+        return on_event
+
+    async def _answer_input(self, sbx: AsyncSandbox, event: dict[str, t.Any], out: Output) -> None:
+        """Ask the frontend (its stdin channel) and hand the answer to the waiting cell. An
+        interrupt cancels the question: the cell itself is interrupted in the sandbox."""
+        cell = self._cell
+        question = asyncio.ensure_future(out.ask_input(str(event.get("prompt", "")), bool(event.get("password"))))
+        if cell is not None:
+            cell.waiting = question
+        try:
+            await asyncio.wait({question})
+        except asyncio.CancelledError:
+            question.cancel()
+            raise
+        finally:
+            if cell is not None:
+                cell.waiting = None
+        if not question.cancelled():
+            await sbx.answer_input(question.result())
+
+    async def run_comm(self, msg_type: str, content: dict[str, t.Any], metadata: dict[str, t.Any],
+                       buffers: list[bytes], out: Output) -> None:
+        """A comm message from the page (a slider moved): its handlers run in the sandbox,
+        queued behind a running cell as in ipykernel, and what they output goes to the page
+        under this message (an Output widget shows what was made under its id)."""
+        sbx = await self.current()
+        if sbx is None:
+            return  # no sandbox (yet, or any more): nothing holds the other end of the comm
+        self.comms.from_page(msg_type, content)
+        mapper = CellMapper(passthrough=self.outputs_passthrough)
+        self.comms_in_flight += 1
+        try:
+            await sbx.send_comm(
+                msg_type, str(content.get("comm_id", "")), content.get("data") or {},
+                metadata=metadata or None, buffers=[base64.b64encode(bytes(b)).decode("ascii") for b in buffers] or None,
+                target_name=content.get("target_name"), msg_id=out.msg_id,
+                timeout_seconds=self.settings.execute_timeout, on_event=self._event_handler(sbx, mapper, out))
+        except (SandboxGone, SandboxNotFound) as exc:
+            self.mark_gone(exc.message)
+        except SandboxError as exc:
+            self.log.warning("a comm message did not reach the sandbox: %s", exc)
+        finally:
+            self.comms_in_flight -= 1
+        if mapper.sandbox_gone:
+            self.mark_gone(died_reason(mapper.done or {}))
+
     # ------------------------------------------------------------------ control thread
 
     async def interrupt(self) -> None:
@@ -477,7 +556,11 @@ class SandboxLifecycle:
         kernel's own part of it (waiting for the server, uploading a file)."""
         cell = self._cell
         if cell is None:
+            if self.comms_in_flight:
+                await self._interrupt_remote()  # a widget's handler running long
             return
+        if cell.waiting is not None:
+            cell.loop.call_soon_threadsafe(cell.waiting.cancel)
         sid, config = self.sandbox_id, self.server_config
         if cell.remote and sid and config is not None:
             sbx = AsyncSandbox(sid, config=config, timeout=CONTROL_TIMEOUT)
@@ -502,6 +585,18 @@ class SandboxLifecycle:
         # Cancelling the cell also closes its execute stream, which makes the server
         # interrupt the cell: the fallback when the interrupt call did not get through.
         cell.loop.call_soon_threadsafe(cell.task.cancel)
+
+    async def _interrupt_remote(self) -> None:
+        sid, config = self.sandbox_id, self.server_config
+        if not sid or config is None:
+            return
+        sbx = AsyncSandbox(sid, config=config, timeout=CONTROL_TIMEOUT)
+        try:
+            await sbx.interrupt()
+        except SandboxError as exc:
+            self.log.warning("interrupt via the server failed: %s", exc)
+        finally:
+            await sbx.close()
 
     async def shutdown(self) -> None:
         """Delete the sandbox, including one still being created."""

@@ -11,8 +11,11 @@ one decision, the table below (README shows the same table):
   are valid base64 of a file with the right magic number;
 - active types (HTML, JavaScript, SVG, Markdown) are shown in an isolated frame
   (`kernel/frames.py`): scripts run there, with no access to the page or the server;
-- everything else (LaTeX, widget views, any `application/vnd.*`, JSON, unknown types)
-  never reaches the page; if nothing else is left, a plain note says what was withheld;
+- a widget view (`application/vnd.jupyter.widget-view+json`) passes as a model id and
+  version numbers only: JupyterLab then renders that model with widget code it has
+  installed, from state the kernel filtered (`kernel/widgets.py`);
+- everything else (LaTeX, any other `application/vnd.*`, JSON, unknown types) never
+  reaches the page; if nothing else is left, a plain note says what was withheld;
 - metadata is rebuilt from an allow-list (an image's width and height as numbers, its
   `needs_background`), so a sandbox can never set `trusted`, `isolated` or any other key a
   frontend acts on;
@@ -37,6 +40,8 @@ PASS = "pass"
 CHECK_IMAGE = "pass if its bytes are a valid image of that type, else a note"
 FRAME = "isolated frame"
 WITHHOLD = "withheld"
+WIDGET_VIEW = "pass as a model id and version numbers"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 
 # Magic numbers of the passive image types.
 IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
@@ -52,7 +57,7 @@ POLICY: dict[str, str] = {
     **{mime: CHECK_IMAGE for mime in IMAGE_MAGIC},
     **{mime: FRAME for mime in BUILDERS},
     "text/latex": WITHHOLD,
-    "application/vnd.jupyter.widget-view+json": WITHHOLD,
+    WIDGET_VIEW_MIME: WIDGET_VIEW,
     "application/json": WITHHOLD,
 }
 DEFAULT = WITHHOLD  # any other type, application/vnd.* included
@@ -61,6 +66,7 @@ DEFAULT = WITHHOLD  # any other type, application/vnd.* included
 _SIZE_KEYS = ("width", "height")
 _BACKGROUNDS = ("light", "dark")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+_MODEL_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 @dataclass
@@ -90,6 +96,20 @@ def image_problem(mime: str, value: t.Any) -> str | None:
     if not head.startswith(IMAGE_MAGIC[mime]):
         return f"its bytes are not a {mime.split('/')[1].upper()} image"
     return None
+
+
+def widget_view(value: t.Any) -> dict[str, t.Any] | None:
+    """A widget view reduced to what names its model, or None if it is not one."""
+    if not isinstance(value, dict) or not isinstance(value.get("model_id"), str):
+        return None
+    if not _MODEL_ID.fullmatch(value["model_id"]):
+        return None
+    view = {"model_id": value["model_id"]}
+    for key in ("version_major", "version_minor"):
+        number = value.get(key)
+        if isinstance(number, int) and not isinstance(number, bool):
+            view[key] = number
+    return view
 
 
 def _number(value: t.Any) -> bool:
@@ -135,6 +155,8 @@ def filter_bundle(data: t.Any, metadata: t.Any, passthrough: bool = False) -> Fi
                 notes.append(f"an {mime} output was not shown: {problem}")
         elif rule == FRAME and isinstance(value, str):
             pass  # chosen below, in the frontend's order
+        elif rule == WIDGET_VIEW and widget_view(value) is not None:
+            kept[mime] = widget_view(value)
         else:
             withheld.append(mime)
     for mime in BUILDERS:

@@ -228,10 +228,25 @@ def forwarder(op: str, fields, keys):
 
 
 async def execute(request: Request):
-    manager, handle = manager_of(request), visible(request)
     data = await body(request, schemas.EXECUTE)
+    schemas.check_user_expressions(data)
+    return await stream_execute(request, data, V.OP_EXECUTE)
+
+
+async def comm(request: Request):
+    """A comm message from the frontend: queued with executes and streamed like one."""
+    return await stream_execute(request, await body(request, schemas.COMM), V.OP_COMM)
+
+
+async def answer_input(request: Request):
+    reply = await manager_of(request).call(await live(request), {"op": "input", **await body(request, schemas.INPUT)})
+    return JSONResponse({"delivered": bool(reply.get("delivered"))})
+
+
+async def stream_execute(request: Request, data: dict, op: str):
+    manager, handle = manager_of(request), visible(request)
     restored = await manager.wake(handle)
-    events = await manager.open_execute(handle, data)
+    events = await manager.open_execute(handle, data, op)
     # the first call after a pause waited for the restore: say so
     return ndjson(events, first=V.stream_event(V.STDERR, restored) if restored else None)
 
@@ -395,6 +410,15 @@ ENDPOINTS = (
     Endpoint("POST", SID + "/execute", execute, op(
         "Run code; events stream as NDJSON", params=[SANDBOX_ID], body=json_body(schemas.EXECUTE), content=NDJSON,
         errors=ON_SANDBOX, ok_schema={"$ref": "#/components/schemas/ExecuteEvent"})),
+    Endpoint("POST", SID + "/comm", comm, op(
+        "Deliver a comm message from the frontend (ipywidgets: a slider moved) to the sandbox's IPython; "
+        "queued behind running executes and run like one: the output and comm messages of its handlers "
+        "stream as NDJSON, ending with done", params=[SANDBOX_ID], body=json_body(schemas.COMM), content=NDJSON,
+        errors=ON_SANDBOX, ok_schema={"$ref": "#/components/schemas/ExecuteEvent"})),
+    Endpoint("POST", SID + "/input", answer_input, op(
+        "Answer the running execute's input_request (input(), getpass()); delivered is false when no cell "
+        "is waiting for input", params=[SANDBOX_ID], body=json_body(schemas.INPUT), errors=ON_SANDBOX,
+        ok_schema={"type": "object", "properties": {"delivered": {"type": "boolean"}}})),
     Endpoint("POST", SID + "/commands", run_command, op(
         "Run a program (argv or a shell line) beside the interpreter; start, stdout/stderr "
         "and done (exit_code, timed_out, duration) stream as NDJSON", params=[SANDBOX_ID],

@@ -31,7 +31,9 @@ from . import statefile
 from .paths import StateDir, world_reachable
 
 DEFAULT_IMAGE = "default"
-DEFAULT_PACKAGES = ["ipython", "matplotlib-inline", "numpy", "pandas", "matplotlib"]
+# ipywidgets 8.1 speaks widget protocol 2, the one of JupyterLab's widget manager
+# (jupyterlab_widgets 3, the `lab` extra); tqdm for its notebook progress bars.
+DEFAULT_PACKAGES = ["ipython", "matplotlib-inline", "numpy", "pandas", "matplotlib", "ipywidgets>=8.1,<9", "tqdm"]
 DEFAULT_PRELOAD = ["numpy", "pandas", "matplotlib.pyplot"]
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 

@@ -251,7 +251,7 @@ class SandboxManager:
             return self.gone_error(handle.id)
         return ApiError(503, "unavailable", f"sandbox {handle.id} is not answering")
 
-    async def open_execute(self, handle: Handle, request: dict):
+    async def open_execute(self, handle: Handle, request: dict, op: str = V.OP_EXECUTE):
         """Hand the execute to the supervisor, then return its events as an async iterator.
 
         Connecting happens before the HTTP response starts, so a sandbox that cannot take
@@ -259,7 +259,7 @@ class SandboxManager:
         an earlier execute is reused when there is one: a connect and an accept per cell
         were a tenth of the server's time on a trivial cell.
         """
-        frame = {"op": "execute", **request}
+        frame = {"op": op, **request}
         while handle.idle:
             reader, writer = handle.idle.pop()
             if writer.is_closing() or reader.at_eof():

@@ -62,6 +62,7 @@ _KIND_SCHEMA = {
     V.Kind.BOOL: {"type": "boolean"}, V.Kind.OBJECT: {"type": "object"},
     V.Kind.BUNDLE: {"type": "object", "description": "MIME bundle: text for each type, JSON for JSON types"},
     V.Kind.STR_LIST: {"type": "array", "items": {"type": "string"}},
+    V.Kind.OBJECT_LIST: {"type": "array", "items": {"type": "object"}},
 }
 
 
@@ -69,6 +70,8 @@ def _field_schema(spec: V.FieldSpec) -> dict:
     schema = dict(_KIND_SCHEMA[spec.kind])
     if spec.choices is not None:
         schema["enum"] = sorted(spec.choices)
+    if spec.max_len is not None:
+        schema["maxLength" if spec.kind == V.Kind.STR else "maxItems"] = spec.max_len
     if spec.nullable:
         schema = {"oneOf": [schema, {"type": "null"}]}
     return schema

@@ -62,7 +62,7 @@ class Field:
         if self.maximum is not None:
             schema["maximum"] = self.maximum
         if self.max_length is not None:
-            schema["maxLength" if kind == "string" else "maxItems"] = self.max_length
+            schema[{"string": "maxLength", "object": "maxProperties"}.get(kind, "maxItems")] = self.max_length
         if self.pattern is not None:
             schema["pattern"] = f"^{self.pattern}$"
         if self.items is not None:
@@ -125,12 +125,45 @@ SECRET = {
     "hosts": Field(list, required=True, items=str, max_length=64, item_max_length=253,
                    description="Host names ('api.example.org', '*.example.org') whose requests get the value."),
 }
+_MSG_ID = Field(str, max_length=V.NAME_MAX_CHARS, description=(
+    "The caller's id for this request (a Jupyter kernel passes its request's msg_id): code in the sandbox "
+    "sees it as the parent message's id, which ipywidgets' Output widget captures output by."))
 EXECUTE = {
     "code": Field(str, required=True, max_length=1 << 20),
-    "timeout_seconds": Field(float, minimum=0.1, maximum=14 * DAY),
+    "timeout_seconds": Field(float, minimum=0.1, maximum=14 * DAY,
+                             description="Per-execute timeout; time spent waiting for an answer to input() does not count."),
     "silent": Field(bool),
     "store_history": Field(bool),
+    "allow_stdin": Field(bool, description="input() and getpass() ask the caller: an input_request event, "
+                         "answered with POST /v1/sandboxes/{id}/input. Otherwise they raise StdinNotImplementedError."),
+    "user_expressions": Field(dict, max_length=V.USER_EXPRESSIONS_MAX, description=(
+        "Name -> Python expression (strings), evaluated after the code if it succeeded; the values "
+        "(MIME bundles, or errors) come back in done's user_expressions.")),
+    "msg_id": _MSG_ID,
 }
+#: A comm message from the frontend (ipywidgets): queued with executes, run like one.
+COMM = {
+    "msg_type": Field(str, required=True, pattern="comm_open|comm_msg|comm_close"),
+    "comm_id": Field(str, required=True, max_length=V.NAME_MAX_CHARS),
+    "data": Field(dict),
+    "metadata": Field(dict),
+    "buffers": Field(list, items=str, max_length=V.COMM_BUFFERS_MAX, item_max_length=16 << 20,
+                     description="Binary buffers, base64."),
+    "target_name": Field(str, max_length=V.NAME_MAX_CHARS, description="comm_open: the target registered in the sandbox."),
+    "msg_id": _MSG_ID,
+    "timeout_seconds": Field(float, minimum=0.1, maximum=14 * DAY),
+}
+
+
+def check_user_expressions(data: dict) -> None:
+    """user_expressions maps names to expressions, both strings."""
+    for name, expression in (data.get("user_expressions") or {}).items():
+        if not isinstance(expression, str) or len(expression) > 1 << 16 or len(name) > V.NAME_MAX_CHARS:
+            raise ApiError(422, "invalid_request", f"user_expressions[{name[:40]!r}] must be a string of at most "
+                           f"65536 characters, under a name of at most {V.NAME_MAX_CHARS}")
+
+
+INPUT = {"value": Field(str, required=True, max_length=V.INPUT_MAX_CHARS, description="The answer to input()/getpass().")}
 COMMAND = {
     "argv": Field(list, items=str, max_length=4096, item_max_length=1 << 20,
                   description="The program and its arguments, run as given (no shell). Give argv or shell."),

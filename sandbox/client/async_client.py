@@ -418,17 +418,26 @@ class AsyncSandbox:
         on_result: Callback | None = None,
         on_error: Callback | None = None,
         on_event: Callback | None = None,
+        allow_stdin: bool = False,
+        user_expressions: dict[str, str] | None = None,
+        msg_id: str | None = None,
     ) -> Execution:
         """Run `code` and return what it produced; callbacks see each event as it arrives.
 
         An exception raised by the cell is not raised here: it is `Execution.error`, the way
         a notebook shows it. Leaving this call early (Ctrl-C, an exception in a callback, a
         cancelled task) closes the stream, and the server interrupts the cell.
+
+        With `allow_stdin`, input() in the cell sends an `input_request` event (to
+        `on_event`), answered with `answer_input`; `user_expressions` come back in
+        `Execution.user_expressions`; `msg_id` is what the cell sees as its parent message's
+        id (ipywidgets' Output widget captures output by it).
         """
         execution = Execution()
         saw_done = await self._transport.post_events(
             f"/v1/sandboxes/{self.id}/execute",
-            drop_none(code=code, timeout_seconds=timeout_seconds, silent=silent, store_history=store_history),
+            drop_none(code=code, timeout_seconds=timeout_seconds, silent=silent, store_history=store_history,
+                      allow_stdin=allow_stdin or None, user_expressions=user_expressions or None, msg_id=msg_id),
             execution,
             lambda event: execute_callbacks(event, on_stdout, on_stderr, on_display, on_result, on_error, on_event),
         )
@@ -445,6 +454,38 @@ class AsyncSandbox:
         """Restore a paused sandbox now (any other call would restore it too)."""
         self._info = SandboxInfo.from_dict(await self._transport.request("POST", f"/v1/sandboxes/{self.id}/resume"))
         return self._info
+
+    async def send_comm(
+        self,
+        msg_type: str,
+        comm_id: str,
+        data: dict[str, t.Any] | None = None,
+        *,
+        metadata: dict[str, t.Any] | None = None,
+        buffers: list[str] | None = None,
+        target_name: str | None = None,
+        msg_id: str | None = None,
+        timeout_seconds: float | None = None,
+        on_event: Callback | None = None,
+    ) -> Execution:
+        """Deliver a frontend's comm message (`comm_open`, `comm_msg`, `comm_close`) to the
+        sandbox; it queues behind running cells, and the output and comm messages of its
+        handlers arrive as events, as a cell's do. `buffers` are base64."""
+        execution = Execution()
+        saw_done = await self._transport.post_events(
+            f"/v1/sandboxes/{self.id}/comm",
+            drop_none(msg_type=msg_type, comm_id=comm_id, data=data, metadata=metadata, buffers=buffers,
+                      target_name=target_name, msg_id=msg_id, timeout_seconds=timeout_seconds),
+            execution,
+            lambda event: execute_callbacks(event, None, None, None, None, None, on_event),
+        )
+        check_stream_done(saw_done, self.config, "the comm stream", "the comm message")
+        return execution
+
+    async def answer_input(self, value: str) -> bool:
+        """Answer the running cell's input(); False if no cell is waiting for input."""
+        body = await self._transport.request("POST", f"/v1/sandboxes/{self.id}/input", json={"value": value})
+        return bool((body or {}).get("delivered"))
 
     async def interrupt(self) -> bool:
         """Send KeyboardInterrupt to the running cell; False if nothing was running."""

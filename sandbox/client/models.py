@@ -167,6 +167,10 @@ class Execution:
     truncated: bool = False
     sandbox_state: str | None = None
     expires_at: datetime | None = None
+    # As ipykernel's execute reply: pager text (`len?`), `%load`'s next input...
+    payload: list[dict[str, t.Any]] = field(default_factory=list)
+    # ... and the values of the request's user_expressions (MIME bundles, or errors).
+    user_expressions: dict[str, t.Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -205,6 +209,8 @@ class Execution:
             self.truncated = bool(event.get("truncated"))
             self.sandbox_state = event.get("sandbox_state")
             self.expires_at = _parse_time(event.get("expires_at"))
+            self.payload = list(event.get("payload") or [])
+            self.user_expressions = dict(event.get("user_expressions") or {})
 
 
 @dataclass

@@ -88,10 +88,10 @@ class Proxy:
         target = request.scope.get("raw_path", request.url.path.encode()).decode("latin-1")
         if request.scope.get("query_string"):
             target += "?" + request.scope["query_string"].decode("latin-1")
-        # An execute may run for as long as its own timeout says; the node-down watch
+        # An execute (or a comm message) may run for as long as its own timeout says; the node-down watch
         # (below) is what keeps it from hanging on a node that vanished.
         timeout = (httpx.Timeout(None, connect=self.table.config.node_timeout_seconds)
-                   if request.url.path.endswith("/execute") else httpx.USE_CLIENT_DEFAULT)
+                   if request.url.path.endswith(("/execute", "/comm")) else httpx.USE_CLIENT_DEFAULT)
         upstream = await self.send(node, request.method, target, sandbox_id=sandbox_id,
                                    headers=_headers(request.headers, REQUEST_HEADERS), content=body, timeout=timeout)
         headers = _headers(upstream.headers, RESPONSE_HEADERS)

@@ -93,6 +93,9 @@ def parse(payload: bytes) -> dict:
     return message
 
 
+_LIST_ITEMS = {V.Kind.STR_LIST: (str, "strings"), V.Kind.OBJECT_LIST: (dict, "objects")}
+
+
 def _kind_problem(spec: V.FieldSpec, value) -> str | None:
     if value is None:
         return None if spec.nullable else "must not be null"
@@ -112,19 +115,13 @@ def _kind_problem(spec: V.FieldSpec, value) -> str | None:
         return None if isinstance(value, bool) else f"must be true or false, got {_json_type(value)}"
     if kind == V.Kind.OBJECT:
         return None if isinstance(value, dict) else f"must be an object, got {_json_type(value)}"
-    if kind == V.Kind.STR_LIST:
+    if kind in _LIST_ITEMS:
+        item_type, what = _LIST_ITEMS[kind]
         if not isinstance(value, list):
-            return f"must be an array of strings, got {_json_type(value)}"
+            return f"must be an array of {what}, got {_json_type(value)}"
         for item in value:
-            if not isinstance(item, str):
-                return f"must be an array of strings, holds {_json_type(item)}"
-        return None
-    if kind == V.Kind.OBJECT_LIST:
-        if not isinstance(value, list):
-            return f"must be an array of objects, got {_json_type(value)}"
-        for item in value:
-            if not isinstance(item, dict):
-                return f"must be an array of objects, holds {_json_type(item)}"
+            if not isinstance(item, item_type):
+                return f"must be an array of {what}, holds {_json_type(item)}"
         return None
     if kind == V.Kind.BUNDLE:
         if not isinstance(value, dict):

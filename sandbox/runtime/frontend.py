@@ -67,6 +67,8 @@ class InputChannel:
             except queue.Empty:
                 continue
             if answered == exec_id:
+                if value == "\x04":  # the frontend's end of input, as ipykernel reads it
+                    raise EOFError
                 return value
 
     def answer(self, message: dict) -> None:

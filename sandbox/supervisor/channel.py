@@ -24,6 +24,8 @@ from .execute import CellRun
 # Past its output budget an execute's frames are dropped unread, but for its `done` (the
 # runtime encodes the type first): a flood of tiny frames costs a prefix test each.
 DONE_PREFIX = b'{"type":"done"'
+# ... and its input_request, which the cell waits on (it would wait until its timeout).
+INPUT_PREFIX = b'{"type":"input_request"'
 # The runtime never sends more than an execute's budget between two executes; a sandbox
 # that sends this many times more on its channel is flooding it, and is stopped.
 FLOOD_FACTOR = 4
@@ -127,7 +129,7 @@ class RuntimeChannel:
                                        "during one execute, more than its runtime ever sends")
         cell = self.cell
         if (cell is not None and cell.budget < cost and not self.commands
-                and not payload.startswith(DONE_PREFIX)):
+                and not payload.startswith(DONE_PREFIX) and not payload.startswith(INPUT_PREFIX)):
             cell.admit(cost)  # counted as dropped
             return None
         frame = framecheck.load(payload)

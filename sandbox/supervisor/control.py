@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..runtime import vocabulary as V
 from ..runtime.protocol import ProtocolError, read_frame, write_frame
 from .commands import CommandSession, interrupt_command
-from .execute import ExecuteSession
+from .execute import ANSWERED, ExecuteSession
 from .pausing import pause
 from .record import iso
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 # ops whose caller reads a stream of events, each served by a session
-SESSIONS = {"execute": ExecuteSession, "command": CommandSession}
+SESSIONS = {V.OP_EXECUTE: ExecuteSession, V.OP_COMM: ExecuteSession, "command": CommandSession}
 
 
 def socket_path(sandbox_dir: str) -> str:
@@ -147,6 +147,20 @@ class ControlServer:
     async def op_commands(self, request: dict) -> dict:
         return {"ok": True, "commands": [
             {**run.summary, "started_at": iso(run.started_at)} for run in self.supervisor.channel.commands.values()]}
+
+    async def op_input(self, request: dict) -> dict:
+        """The answer to the running cell's input() (``input_reply`` to the runtime, at once:
+        the cell waits in it); ``delivered`` false when no cell waits for one."""
+        cell = self.supervisor.channel.cell
+        if cell is None or cell.waiting_input is None:
+            return {"ok": True, "delivered": False}
+        await self.supervisor.channel.send({"op": V.OP_INPUT_REPLY, "exec": cell.id,
+                                            "value": str(request.get("value", ""))})
+        try:
+            cell.events.put_nowait({"type": ANSWERED})
+        except asyncio.QueueFull:
+            pass  # the cell's clock stays stopped; it ends by an interrupt or the caller leaving
+        return {"ok": True, "delivered": True}
 
     async def op_complete(self, request: dict) -> dict:
         return await self._forward(request, ("code", "cursor_pos"))

@@ -16,6 +16,16 @@ from ..runtime.protocol import write_frame
 from .caller import CALLER_GONE, Session, watch_for_eof
 from .deadlines import INTERRUPT_GRACE
 
+# What of an execute (or comm) request the runtime is handed, by op.
+FORWARDED = {
+    V.OP_EXECUTE: ("code", "silent", "store_history", "allow_stdin", "user_expressions", "msg_id"),
+    V.OP_COMM: ("msg_type", "comm_id", "data", "metadata", "buffers", "target_name", "msg_id"),
+}
+# What the runtime's done carries for the execute reply, passed on to the caller.
+REPLY_EXTRAS = ("payload", "user_expressions")
+# Put on a cell's queue when its input() was answered (the timeout's clock goes on).
+ANSWERED = "_answered"
+
 
 
 class CellRun:
@@ -31,6 +41,7 @@ class CellRun:
         self.budget = budget   # frame bytes (framecheck.frame_cost) its output may still take
         self.dropped = 0       # frame bytes of output dropped past the budget
         self.cut = False       # the runtime sent an output it had trimmed
+        self.waiting_input: float | None = None  # timeout left when it asked for input, while it waits
 
     def admit(self, cost: int) -> bool:
         """Charge an output frame; False (and counted) once the budget is spent."""
@@ -43,7 +54,8 @@ class CellRun:
 
 
 class ExecuteSession(Session):
-    """Runs one execute request for the caller on ``reader``/``writer``."""
+    """Runs one execute request for the caller on ``reader``/``writer``; a comm message from
+    the frontend (op ``comm``) runs the same way, its handlers being the cell."""
 
     async def run(self) -> bool:
         """Run the cell; returns whether the caller is still there to send another request."""
@@ -74,10 +86,9 @@ class ExecuteSession(Session):
         timeout or when the caller leaves."""
         timeout = self.request.get("timeout_seconds") or self.supervisor.spec["limits"]["timeout_seconds"]
         phase = "running"  # of the cell: running, interrupting, killing
-        await self.channel.send({
-            "op": "execute", "exec": cell.id, "code": self.request.get("code", ""),
-            "silent": bool(self.request.get("silent")), "store_history": self.request.get("store_history", True),
-        })
+        op = self.request.get("op", V.OP_EXECUTE)
+        await self.channel.send({"op": op, "exec": cell.id, "store_history": True,
+                                 **{k: self.request[k] for k in FORWARDED[op] if k in self.request}})
         deadline = time.monotonic() + float(timeout)
         interrupted_for_caller = False
         while True:
@@ -85,7 +96,8 @@ class ExecuteSession(Session):
                 interrupted_for_caller = True
                 await self._interrupt_quietly(cell, {"reason": "client_disconnected"})
             try:
-                event = await asyncio.wait_for(cell.events.get(), max(0.0, deadline - time.monotonic()))
+                wait = deadline - time.monotonic()
+                event = await asyncio.wait_for(cell.events.get(), max(0.0, wait) if wait != float("inf") else None)
             except asyncio.TimeoutError:
                 if phase == "running":
                     phase = "interrupting"
@@ -101,6 +113,15 @@ class ExecuteSession(Session):
             kind = event.get("type")
             if kind == CALLER_GONE:
                 continue  # back to the top, which interrupts the cell
+            if kind == V.INPUT_REQUEST and phase == "running" and cell.waiting_input is None:
+                # Waiting for a person is not running: the timeout stops until the answer.
+                cell.waiting_input = max(0.0, deadline - time.monotonic())
+                deadline = float("inf")
+            if kind == ANSWERED:
+                if cell.waiting_input is not None:
+                    deadline = time.monotonic() + cell.waiting_input
+                    cell.waiting_input = None
+                continue
             if kind == V.DONE:
                 return event
             if kind == "_died":
@@ -122,7 +143,8 @@ class ExecuteSession(Session):
         truncated = bool(done.get("truncated")) or bool(cell.dropped) or cell.cut
         await self.send(record.done_event(
             done.get("status", V.ERROR), execution_count=done.get("execution_count"),
-            duration=done.get("duration") or 0.0, truncated=truncated, reason=done.get("reason")))
+            duration=done.get("duration") or 0.0, truncated=truncated, reason=done.get("reason"),
+            **{k: done[k] for k in REPLY_EXTRAS if k in done}))
 
     async def _interrupt_quietly(self, cell: CellRun, why: dict) -> None:
         try:

@@ -54,6 +54,9 @@ class TestSandboxKernel(jkt.KernelTests):
 
     code_inspect_sample = "print"
 
+    # Help from `?` is a `page` payload of the execute reply, as in ipykernel.
+    code_page_something = "len?"
+
     # History is the kernel's own record of its cells.
     supported_history_operations = ("tail", "range", "search")
     code_history_pattern = "1?2*"

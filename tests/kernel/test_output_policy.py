@@ -201,7 +201,8 @@ def test_html_wins_over_svg_and_images_as_in_jupyterlab():
     "mime,value",
     [
         ("text/latex", r"$\href{javascript:top.owned=8}{x}$"),
-        ("application/vnd.jupyter.widget-view+json", {"model_id": "x", "version_major": 2}),
+        ("application/vnd.jupyter.widget-view+json", {"model_id": "<img src=x onerror=alert(1)>"}),
+        ("application/vnd.jupyter.widget-view+json", "not an object"),
         ("application/vnd.plotly.v1+json", {"data": []}),
         ("application/vnd.evil+html", "<script>top.owned=9</script>"),
         ("application/json", {"a": 1}),
@@ -214,6 +215,14 @@ def test_other_types_never_reach_the_page(mime, value):
     assert out.data == {"text/plain": "repr"}
     alone = filter_bundle({mime: value}, {})
     assert list(alone.data) == ["text/plain"] and mime in alone.data["text/plain"], "a plain note says what was withheld"
+
+
+def test_a_widget_view_passes_as_its_model_id_and_versions_only():
+    view = {"model_id": "3f2a9c", "version_major": 2, "version_minor": 0, "html": "<script>top.owned=11</script>"}
+    out = filter_bundle({"application/vnd.jupyter.widget-view+json": view, "text/plain": "IntSlider(value=3)"}, {})
+    assert out.data == {"application/vnd.jupyter.widget-view+json": {"model_id": "3f2a9c", "version_major": 2,
+                                                                      "version_minor": 0},
+                        "text/plain": "IntSlider(value=3)"}
 
 
 def test_every_table_row_is_tested():

@@ -1,0 +1,202 @@
+"""The rest of the kernel protocol, end to end through jupyter_client: pager and %load
+payloads, user_expressions, input() over the stdin channel, and comms (ipywidgets) both
+ways. A real kernel process, a real server, a real sandbox."""
+
+from __future__ import annotations
+
+import re
+import time
+import typing as t
+from queue import Empty
+
+import pytest
+from support import run_cell
+
+pytestmark = pytest.mark.slow
+
+
+def iopub_until_idle(kc: t.Any, msg_id: str, timeout: float = 60) -> list[dict[str, t.Any]]:
+    """Every IOPub message of request `msg_id` (status aside) up to its idle."""
+    deadline = time.monotonic() + timeout
+    messages = []
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "status":
+            if msg["content"]["execution_state"] == "idle":
+                return messages
+        else:
+            messages.append(msg)
+    raise AssertionError(f"no idle for {msg_id} within {timeout} s")
+
+
+def reply_of(kc: t.Any, msg_id: str, timeout: float = 60) -> dict[str, t.Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_shell_msg(timeout=1)
+        except Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg["content"]
+    raise AssertionError(f"no reply to {msg_id} within {timeout} s")
+
+
+def input_request(kc: t.Any, timeout: float = 60) -> dict[str, t.Any]:
+    msg = kc.get_stdin_msg(timeout=timeout)
+    assert msg["msg_type"] == "input_request", msg
+    return msg["content"]
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+def test_help_opens_the_pager(kc):
+    run = run_cell(kc, "len?")
+    assert run.status == "ok"
+    (payload,) = run.reply["content"]["payload"]
+    assert payload["source"] == "page"
+    assert "Return the number of items in a container" in payload["data"]["text/plain"]
+
+
+def test_html_help_reaches_the_page_only_framed(kc):
+    run = run_cell(kc, "get_ipython().enable_html_pager = True\nlen??")
+    assert run.status == "ok", run.errors
+    (payload,) = run.reply["content"]["payload"]
+    html = payload["data"].get("text/html", "")
+    assert html.startswith("<iframe") and 'sandbox="allow-scripts"' in html, html[:200]
+
+
+def test_load_sets_the_next_input(kc):
+    assert run_cell(kc, "open('script.py', 'w').write('print(6 * 7)\\n')").status == "ok"
+    run = run_cell(kc, "%load script.py")
+    assert run.status == "ok", run.errors
+    (payload,) = run.reply["content"]["payload"]
+    assert payload["source"] == "set_next_input"
+    assert "print(6 * 7)" in payload["text"]
+
+
+def test_user_expressions_are_evaluated_in_the_sandbox(kc):
+    run = run_cell(kc, "x = 21", user_expressions={"double": "x * 2", "broken": "1 / 0",
+                                                  "where": "__import__('os').getcwd()"})
+    values = run.reply["content"]["user_expressions"]
+    assert values["double"] == {"status": "ok", "data": {"text/plain": "42"}, "metadata": {}}
+    assert values["broken"]["status"] == "error" and values["broken"]["ename"] == "ZeroDivisionError"
+    assert values["where"]["data"]["text/plain"] == "'/workspace'"  # the sandbox's, not the kernel's
+
+
+# --------------------------------------------------------------------------- stdin
+
+
+def test_input_is_answered_through_the_stdin_channel(kc):
+    msg_id = kc.execute("import getpass\nname = input('name? ')\nsecret = getpass.getpass()\n"
+                        "print('hello', name, len(secret))", allow_stdin=True)
+    asked = input_request(kc)
+    assert asked == {"prompt": "name? ", "password": False}
+    kc.input("Ada")
+    asked = input_request(kc)
+    assert asked["password"] is True
+    kc.input("s3cret")
+    reply = reply_of(kc, msg_id)
+    assert reply["status"] == "ok", reply
+    outputs = iopub_until_idle(kc, msg_id)
+    assert "hello Ada 6" in "".join(m["content"].get("text", "") for m in outputs if m["msg_type"] == "stream")
+
+
+def test_input_without_stdin_raises_as_ipykernel_does(kc):
+    run = run_cell(kc, "input('name? ')", allow_stdin=False, stop_on_error=False)
+    assert run.status == "error"
+    assert run.reply["content"]["ename"] == "StdinNotImplementedError"
+
+
+def test_an_interrupt_ends_the_wait_for_input(kernel):
+    km, kc = kernel
+    msg_id = kc.execute("input('never answered? ')", allow_stdin=True, stop_on_error=False)
+    input_request(kc)
+    km.interrupt_kernel()
+    reply = reply_of(kc, msg_id)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+    assert run_cell(kc, "print('still here')").stdout == "still here\n"
+
+
+def test_waiting_for_input_does_not_count_against_the_timeout(start_kernel):
+    _km, kc = start_kernel(SANDBOX_KERNEL_TIMEOUT="3")
+    msg_id = kc.execute("import time\nanswer = input('slow? ')\nprint('got', answer)", allow_stdin=True)
+    input_request(kc)
+    time.sleep(5)  # longer than the cell's timeout: the clock is stopped while it waits
+    kc.input("yes")
+    reply = reply_of(kc, msg_id)
+    assert reply["status"] == "ok", reply
+
+
+# --------------------------------------------------------------------------- comms
+
+
+SLIDER_CELL = """
+import ipywidgets as w
+slider = w.IntSlider(value=1)
+out = w.Output()
+def recompute(change):
+    with out:
+        print('value times ten:', change['new'] * 10)
+slider.observe(recompute, 'value')
+label = w.HTML('<img src=x onerror="top.owned=1">safe <b>text</b>')
+display(w.VBox([slider, out, label]))
+"""
+
+
+def comm_opens(outputs: list[dict[str, t.Any]]) -> dict[str, dict[str, t.Any]]:
+    return {m["content"]["data"]["state"]["_model_name"]: m["content"]
+            for m in outputs if m["msg_type"] == "comm_open"}
+
+
+def test_a_slider_moved_on_the_page_recomputes_in_the_sandbox(kc):
+    run = run_cell(kc, SLIDER_CELL)
+    assert run.status == "ok", run.errors
+    opened = comm_opens(run.outputs)
+    assert {"IntSliderModel", "OutputModel", "HTMLModel", "VBoxModel"} <= set(opened)
+    assert all(c["target_name"] == "jupyter.widget" for c in opened.values())
+    (view,) = [m for m in run.outputs if m["msg_type"] == "display_data"]
+    assert view["content"]["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] == opened["VBoxModel"]["comm_id"]
+    # The HTML widget's value is put into the page as HTML: it arrives as text only.
+    assert opened["HTMLModel"]["data"]["state"]["value"] == "safe text"
+
+    # The page moves the slider: a comm_msg, as JupyterLab's widget manager sends it.
+    msg = kc.session.msg("comm_msg", {"comm_id": opened["IntSliderModel"]["comm_id"],
+                                      "data": {"method": "update", "state": {"value": 4}, "buffer_paths": []}})
+    kc.shell_channel.send(msg)
+    outputs = iopub_until_idle(kc, msg["header"]["msg_id"])
+    printed = "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream")
+    assert printed == "value times ten: 40\n"
+    # The Output widget captured under the page's message id: its output lands in the widget.
+    captured = [m for m in outputs if m["msg_type"] == "comm_msg"
+                and m["content"]["comm_id"] == opened["OutputModel"]["comm_id"]]
+    assert captured[0]["content"]["data"]["state"]["msg_id"] == msg["header"]["msg_id"]
+    # ... and the sandbox holds the new value.
+    assert run_cell(kc, "slider.value").of_type("execute_result")[0]["content"]["data"]["text/plain"] == "4"
+
+
+def test_a_button_click_runs_its_handler(kc):
+    run = run_cell(kc, "import ipywidgets as w\nclicks = []\nb = w.Button(description='go')\n"
+                       "b.on_click(lambda _: clicks.append(1))\ndisplay(b)")
+    button = comm_opens(run.outputs)["ButtonModel"]
+    msg = kc.session.msg("comm_msg", {"comm_id": button["comm_id"], "data": {"method": "custom",
+                                                                            "content": {"event": "click"}}})
+    kc.shell_channel.send(msg)
+    iopub_until_idle(kc, msg["header"]["msg_id"])
+    assert run_cell(kc, "len(clicks)").of_type("execute_result")[0]["content"]["data"]["text/plain"] == "1"
+
+
+def test_tqdm_notebook_bar_reaches_its_total(kc):
+    run = run_cell(kc, "from tqdm.notebook import tqdm\nfor _ in tqdm(range(20)):\n    pass")
+    assert run.status == "ok", run.errors
+    progress = comm_opens(run.outputs)["FloatProgressModel"]
+    values = [m["content"]["data"]["state"]["value"] for m in run.outputs if m["msg_type"] == "comm_msg"
+              and m["content"]["comm_id"] == progress["comm_id"] and "value" in m["content"]["data"].get("state", {})]
+    assert values and values[-1] == 20
+    texts = [m["content"]["data"]["state"].get("value", "") for m in run.outputs if m["msg_type"] == "comm_msg"]
+    assert any(re.search(r"100%", str(v)) for v in texts)
