@@ -21,29 +21,39 @@ def run_cell(kc, code: str, timeout: float = 60.0, **execute_kwargs: t.Any) -> t
     """
     msg_id = kc.execute(code, **execute_kwargs)
     deadline = time.monotonic() + timeout
-
-    def next_of_cell(get: t.Callable[..., dict], waiting_for: str) -> dict:
-        """The next message of this cell from one channel (shell or IOPub)."""
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no {waiting_for} within {timeout} s for {code[:40]!r}")
-            try:
-                msg = get(timeout=remaining)
-            except Empty:
-                continue
-            if msg["parent_header"].get("msg_id") == msg_id:
-                return msg
-
     # ZMQ queues whatever arrives meanwhile, so waiting for one socket after the other
     # ends at the later of the two arrivals: no polling granularity in the figure.
-    reply = next_of_cell(kc.get_shell_msg, "execute_reply")
+    reply = wait_reply(kc, msg_id, deadline, code[:40])
+    return reply, iopub_until_idle(kc, msg_id, deadline, code[:40])
+
+
+def _next_of(get: t.Callable[..., dict], msg_id: str, deadline: float, waiting_for: str) -> dict:
+    """The next message of request `msg_id` from one channel (shell or IOPub)."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no {waiting_for} by the deadline")
+        try:
+            msg = get(timeout=remaining)
+        except Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg
+
+
+def wait_reply(kc, msg_id: str, deadline: float, what: str = "") -> dict:
+    """The shell reply to request `msg_id` (a cell's, or any other request's)."""
+    return _next_of(kc.get_shell_msg, msg_id, deadline, f"reply for {what or msg_id!r}")
+
+
+def iopub_until_idle(kc, msg_id: str, deadline: float, what: str = "") -> list[dict]:
+    """The IOPub messages of request `msg_id` up to its idle status, but for status and
+    execute_input."""
     outputs: list[dict] = []
     while True:
-        msg = next_of_cell(kc.get_iopub_msg, "idle status")
+        msg = _next_of(kc.get_iopub_msg, msg_id, deadline, f"idle status for {what or msg_id!r}")
         if msg["msg_type"] == "status":
             if msg["content"]["execution_state"] == "idle":
-                break
+                return outputs
         elif msg["msg_type"] != "execute_input":
             outputs.append(msg)
-    return reply, outputs

@@ -587,14 +587,24 @@ class SandboxLifecycle:
         cell.loop.call_soon_threadsafe(cell.task.cancel)
 
     async def _interrupt_remote(self) -> None:
+        async with self._control_client() as sbx:
+            if sbx is not None:
+                try:
+                    await sbx.interrupt()
+                except SandboxError as exc:
+                    self.log.warning("interrupt via the server failed: %s", exc)
+
+    @contextlib.asynccontextmanager
+    async def _control_client(self) -> t.AsyncIterator[AsyncSandbox | None]:
+        """A client of its own for the control thread (see the module's docstring), closed
+        after use, never deleting the sandbox; None when there is no sandbox."""
         sid, config = self.sandbox_id, self.server_config
         if not sid or config is None:
+            yield None
             return
         sbx = AsyncSandbox(sid, config=config, timeout=CONTROL_TIMEOUT)
         try:
-            await sbx.interrupt()
-        except SandboxError as exc:
-            self.log.warning("interrupt via the server failed: %s", exc)
+            yield sbx
         finally:
             await sbx.close()
 
@@ -604,16 +614,13 @@ class SandboxLifecycle:
         deadline = time.monotonic() + 10.0
         while self._creations_in_flight and self.sandbox_id is None and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        sid, config = self.sandbox_id, self.server_config
-        if not sid or config is None:
-            return
-        sbx = AsyncSandbox(sid, config=config, timeout=CONTROL_TIMEOUT)
-        try:
-            await sbx.delete()
-        except SandboxError as exc:
-            self.log.warning("could not delete sandbox %s: %s", sid, exc)
-        finally:
-            await sbx.close()
+        async with self._control_client() as sbx:
+            if sbx is None:
+                return
+            try:
+                await sbx.delete()
+            except SandboxError as exc:
+                self.log.warning("could not delete sandbox %s: %s", sbx.id, exc)
         self.sandbox_id = None
 
     def delete_now(self) -> None:

@@ -9,18 +9,13 @@ Needs what tests/browser/test_browser_jupyterlab.py needs, plus jupyterlab_widge
 
 from __future__ import annotations
 
-import pathlib
-import re
-import shutil
-import tempfile
 import time
 import typing as t
 
 import pytest
 
 import support
-from test_browser_jupyterlab import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, KERNEL_DISPLAY_NAME, KERNEL_START_MS,
-                                     MISSING, Notebook, start_lab)
+from test_browser_jupyterlab import MISSING, lab_page, open_from_launcher
 
 
 def _widgets_missing() -> str | None:
@@ -51,46 +46,14 @@ for _ in tqdm(range(40), desc="steps"):
 
 
 def test_a_slider_recomputes_in_the_sandbox_and_a_tqdm_bar_completes(sandbox_server: support.Server) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="sbk-browser-widgets-"))
-    lab = start_lab(sandbox_server, workdir)
-    page = None
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1440, "height": 1000})
-                page.set_default_timeout(60_000)
-                run_widgets(page, lab, expect)
-            except BaseException:
-                if page is not None:
-                    try:
-                        page.screenshot(path=str(ARTIFACTS / "widgets-failure.png"))
-                    except Exception:
-                        pass
-                print(f"JupyterLab log tail:\n{lab.log_tail()}", flush=True)
-                raise
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
-        lab.reap_kernels()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with lab_page(sandbox_server, "widgets") as (page, lab):
+        run_widgets(page, lab, expect)
 
 
 def run_widgets(page: t.Any, lab: t.Any, expect: t.Any) -> None:
-    page.goto(lab.url, wait_until="domcontentloaded")
-    launcher = page.locator(".jp-Launcher").first
-    launcher.wait_for(state="visible", timeout=120_000)
-    launcher.locator('.jp-LauncherCard[data-category="Notebook"]').filter(
-        has=page.locator(".jp-LauncherCard-label", has_text=re.compile(r"^\s*Python \(sandbox\)\s*$"))
-    ).first.click()
-    nb = Notebook(page)
-    nb.panel.wait_for(state="visible", timeout=60_000)
-    expect(nb.panel.locator(".jp-Toolbar-kernelName").first).to_have_text(KERNEL_DISPLAY_NAME, timeout=60_000)
-    nb.wait_status("idle", KERNEL_START_MS)
+    nb = open_from_launcher(page, lab, expect)
 
     # interact: the widget manager draws the slider; its output area shows the first value.
     nb.type_cell(0, INTERACT_CELL)

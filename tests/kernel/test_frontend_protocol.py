@@ -7,43 +7,21 @@ from __future__ import annotations
 import re
 import time
 import typing as t
-from queue import Empty
 
 import pytest
 from support import run_cell
+
+from kernel import drive
 
 pytestmark = pytest.mark.slow
 
 
 def iopub_until_idle(kc: t.Any, msg_id: str, timeout: float = 60) -> list[dict[str, t.Any]]:
-    """Every IOPub message of request `msg_id` (status aside) up to its idle."""
-    deadline = time.monotonic() + timeout
-    messages = []
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "status":
-            if msg["content"]["execution_state"] == "idle":
-                return messages
-        else:
-            messages.append(msg)
-    raise AssertionError(f"no idle for {msg_id} within {timeout} s")
+    return drive.iopub_until_idle(kc, msg_id, time.monotonic() + timeout)
 
 
 def reply_of(kc: t.Any, msg_id: str, timeout: float = 60) -> dict[str, t.Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_shell_msg(timeout=1)
-        except Empty:
-            continue
-        if msg["parent_header"].get("msg_id") == msg_id:
-            return msg["content"]
-    raise AssertionError(f"no reply to {msg_id} within {timeout} s")
+    return drive.wait_reply(kc, msg_id, time.monotonic() + timeout)["content"]
 
 
 def input_request(kc: t.Any, timeout: float = 60) -> dict[str, t.Any]:
