@@ -27,6 +27,7 @@ from .failure import CellFailure
 from .lifecycle import SandboxLifecycle
 from .magics import magic_name_matches, push_path_completions
 from .outputs import error_content, error_reply
+from .widgets import CommMessage
 
 
 class _Out:
@@ -58,11 +59,12 @@ class _Out:
             buffers=buffers,
         )
 
-    def comm(self, msg_type: str, content: dict[str, t.Any], buffers: list[bytes]) -> None:
+    def comm(self, message: CommMessage) -> None:
         # Sent even for a silent request: a widget is state, not output.
         if self.kernel.session is not None:
-            self.kernel.session.send(self.kernel.iopub_socket, msg_type, content, parent=self.parent,
-                                     ident=self.kernel._topic(msg_type), buffers=buffers or None)
+            self.kernel.session.send(self.kernel.iopub_socket, message.msg_type, message.content, parent=self.parent,
+                                     ident=self.kernel._topic(message.msg_type), buffers=message.buffers or None,
+                                     metadata=message.metadata)
 
     async def ask_input(self, prompt: str, password: bool) -> str:
         """ipykernel's `_input_request`, without blocking the event loop (the execute's

@@ -52,7 +52,7 @@ from .host import HostNamespace, host_cells_enabled, is_host_cell
 from .outputs import (CellMapper, died_reason, error_reply, gone_notice, ok_reply, reply_payload,
                       reply_user_expressions)
 from .server import ServerStartError, ensure_server
-from .widgets import CommRelay
+from .widgets import CommMessage, CommRelay
 
 # Show startup progress in the cell only if the wait is long enough to wonder about.
 PROGRESS_AFTER = 3.0
@@ -92,7 +92,7 @@ class Output(t.Protocol):
 
     def send(self, msg_type: str, content: dict[str, t.Any]) -> None: ...
 
-    def comm(self, msg_type: str, content: dict[str, t.Any], buffers: list[bytes]) -> None: ...
+    def comm(self, message: CommMessage) -> None: ...
 
     async def ask_input(self, prompt: str, password: bool) -> str: ...
 
@@ -498,7 +498,7 @@ class SandboxLifecycle:
             elif kind in V.COMM_MESSAGES:
                 message = self.comms.to_page(event)
                 if message is not None:
-                    out.comm(*message)
+                    out.comm(message)
             else:
                 for msg_type, content in mapper.feed(event):
                     out.send(msg_type, content)

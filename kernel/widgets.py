@@ -90,6 +90,13 @@ def safe_state(model: str, state: dict[str, t.Any], passthrough: bool = False) -
     return state
 
 
+class CommMessage(t.NamedTuple):
+    msg_type: str
+    content: dict[str, t.Any]
+    buffers: list[bytes]
+    metadata: dict[str, t.Any]
+
+
 class CommRelay:
     """The comms this kernel carries between the page and the sandbox, and their models."""
 
@@ -105,9 +112,9 @@ class CommRelay:
         elif msg_type == V.COMM_CLOSE:
             self.models.pop(comm_id, None)
 
-    def to_page(self, event: dict[str, t.Any]) -> tuple[str, dict[str, t.Any], list[bytes]] | None:
-        """The IOPub message (type, content, buffers) for a comm event from the sandbox, or
-        None if it may not reach the page."""
+    def to_page(self, event: dict[str, t.Any]) -> CommMessage | None:
+        """The IOPub message for a comm event from the sandbox, or None if it may not reach
+        the page."""
         kind = event.get("type")
         comm_id = str(event.get("comm_id", ""))
         data = event.get("data") if isinstance(event.get("data"), dict) else {}
@@ -131,7 +138,10 @@ class CommRelay:
                 buffers.append(base64.b64decode(item, validate=True))
             except (binascii.Error, ValueError, TypeError):
                 return None
-        return str(kind), content, buffers
+        metadata = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
+        # The widget manager reads the protocol's version from the message's metadata.
+        version = {"version": metadata["version"]} if isinstance(metadata.get("version"), str) else {}
+        return CommMessage(str(kind), content, buffers, version)
 
     def safe_data(self, comm_id: str, data: dict[str, t.Any]) -> dict[str, t.Any]:
         data = dict(data)

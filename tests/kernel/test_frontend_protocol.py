@@ -138,6 +138,8 @@ def test_a_slider_moved_on_the_page_recomputes_in_the_sandbox(kc):
     opened = comm_opens(run.outputs)
     assert {"IntSliderModel", "OutputModel", "HTMLModel", "VBoxModel"} <= set(opened)
     assert all(c["target_name"] == "jupyter.widget" for c in opened.values())
+    # JupyterLab's widget manager refuses a comm_open whose metadata lacks the protocol version.
+    assert all(m["metadata"]["version"].startswith("2.") for m in run.outputs if m["msg_type"] == "comm_open")
     (view,) = [m for m in run.outputs if m["msg_type"] == "display_data"]
     assert view["content"]["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] == opened["VBoxModel"]["comm_id"]
     # The HTML widget's value is put into the page as HTML: it arrives as text only.

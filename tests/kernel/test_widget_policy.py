@@ -12,23 +12,26 @@ from sandbox.runtime import vocabulary as V
 
 def opened(relay: CommRelay, model: str, state: dict, comm_id: str = "c1", target: str = "jupyter.widget"):
     return relay.to_page({"type": V.COMM_OPEN, "comm_id": comm_id, "target_name": target,
-                          "data": {"state": {"_model_name": model, **state}, "buffer_paths": []}})
+                          "data": {"state": {"_model_name": model, **state}, "buffer_paths": []},
+                          "metadata": {"version": "2.1.0", "other": "dropped"}})
 
 
 def test_an_html_widget_shows_text_only():
     relay = CommRelay()
-    kind, content, _ = opened(relay, "HTMLModel", {"value": '<img src=x onerror="top.owned=1">a &lt; b <b>c</b>'})
+    kind, content, _, metadata = opened(relay, "HTMLModel",
+                                        {"value": '<img src=x onerror="top.owned=1">a &lt; b <b>c</b>'})
     assert kind == V.COMM_OPEN and content["target_name"] == "jupyter.widget"
+    assert metadata == {"version": "2.1.0"}, "the widget manager checks the protocol's version there"
     assert content["data"]["state"]["value"] == "a &lt; b c"
     # ... and so do its later updates, known by the comm's model
-    _, update, _ = relay.to_page({"type": V.COMM_MSG, "comm_id": "c1",
+    _, update, _, _ = relay.to_page({"type": V.COMM_MSG, "comm_id": "c1",
                                   "data": {"method": "update", "state": {"value": "<script>x()</script>ok"}}})
     assert update["data"]["state"]["value"] == "x()ok"
 
 
 def test_descriptions_never_render_as_html():
     relay = CommRelay()
-    _, content, _ = opened(relay, "IntSliderModel", {"description": "<img src=x onerror=y()>",
+    _, content, _, _ = opened(relay, "IntSliderModel", {"description": "<img src=x onerror=y()>",
                                                       "description_allow_html": True})
     assert content["data"]["state"]["description_allow_html"] is False
 
@@ -38,7 +41,7 @@ def test_an_output_widgets_outputs_go_through_the_output_policy():
     outputs = [{"output_type": "display_data", "data": {"text/html": "<script>top.owned=2</script>"}, "metadata": {}},
                {"output_type": "stream", "name": "stdout", "text": "hi\n"},
                {"output_type": "javascript-ish", "data": "x"}]
-    _, content, _ = opened(relay, "OutputModel", {"outputs": outputs})
+    _, content, _, _ = opened(relay, "OutputModel", {"outputs": outputs})
     kept = content["data"]["state"]["outputs"]
     assert len(kept) == 2
     assert kept[0]["data"]["text/html"].startswith("<iframe") and 'sandbox="allow-scripts"' in kept[0]["data"]["text/html"]
@@ -48,7 +51,7 @@ def test_an_output_widgets_outputs_go_through_the_output_policy():
 def test_the_control_comms_state_answer_is_filtered_too():
     relay = CommRelay()
     relay.from_page(V.COMM_OPEN, {"comm_id": "control", "target_name": "jupyter.widget.control"})
-    _, content, _ = relay.to_page({"type": V.COMM_MSG, "comm_id": "control", "data": {
+    _, content, _, _ = relay.to_page({"type": V.COMM_MSG, "comm_id": "control", "data": {
         "method": "update_states", "states": {"m1": {"model_name": "HTMLModel", "state": {"value": "<b>x</b>"}}}}})
     assert content["data"]["states"]["m1"]["state"]["value"] == "x"
 
@@ -66,7 +69,7 @@ def test_only_widget_comms_and_the_pages_own_are_carried():
 def test_buffers_are_bytes_and_bad_base64_drops_the_message():
     relay = CommRelay()
     opened(relay, "ImageModel", {})
-    _, _, buffers = relay.to_page({"type": V.COMM_MSG, "comm_id": "c1", "data": {},
+    _, _, buffers, _ = relay.to_page({"type": V.COMM_MSG, "comm_id": "c1", "data": {},
                                    "buffers": [base64.b64encode(b"\x89PNG").decode()]})
     assert buffers == [b"\x89PNG"]
     assert relay.to_page({"type": V.COMM_MSG, "comm_id": "c1", "data": {}, "buffers": ["not base64!"]}) is None
@@ -74,7 +77,7 @@ def test_buffers_are_bytes_and_bad_base64_drops_the_message():
 
 def test_passthrough_leaves_state_as_the_sandbox_wrote_it():
     relay = CommRelay(passthrough=True)
-    _, content, _ = opened(relay, "HTMLModel", {"value": "<b>x</b>"})
+    _, content, _, _ = opened(relay, "HTMLModel", {"value": "<b>x</b>"})
     assert content["data"]["state"]["value"] == "<b>x</b>"
 
 
