@@ -16,7 +16,6 @@ Needs: jupyterlab and playwright (pip), and a Chromium at /usr/bin/chromium (Deb
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
 import re
@@ -283,15 +282,38 @@ def sandboxes_of(api: httpx.Client, kernel_pids: set[int]) -> dict[str, dict]:
 
 
 def test_jupyterlab_notebook_with_the_sandbox_kernel(sandbox_server: support.Server, api: httpx.Client) -> None:
-    from playwright.sync_api import expect
+    from playwright.sync_api import expect, sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for old in ARTIFACTS.glob("*.png"):
         old.unlink()
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="sbk-browser-"))
+    lab = start_lab(sandbox_server, workdir)
     seen: dict[str, dict] = {}  # every sandbox this JupyterLab's kernels used
-    with lab_page(sandbox_server, "notebook") as (page, lab):
-        run_the_notebook(page, lab, api, seen, expect)
-    print(f"sandboxes used: {sorted(seen)}", flush=True)
+    page = None
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1440, "height": 1000})
+                page.set_default_timeout(60_000)
+                run_the_notebook(page, lab, api, seen, expect)
+            except BaseException:
+                if page is not None:
+                    try:
+                        page.screenshot(path=str(ARTIFACTS / "failure.png"))
+                    except Exception:
+                        pass
+                print(f"JupyterLab log tail:\n{lab.log_tail()}", flush=True)
+                raise
+            finally:
+                browser.close()
+    finally:
+        code = lab.stop()
+        left = lab.reap_kernels()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"JupyterLab exited with {code}; sandboxes used: {sorted(seen)}", flush=True)
+    assert not left, f"kernel processes {left} outlived JupyterLab (exit code {code})"
 
     # Shutting JupyterLab down shut its kernel down, which deleted its sandbox: nothing
     # this test created is left running on the server.
@@ -304,9 +326,8 @@ def test_jupyterlab_notebook_with_the_sandbox_kernel(sandbox_server: support.Ser
         assert "was deleted" in r.json()["error"]["message"], f"{sandbox_id}: {r.text}"
 
 
-def open_from_launcher(page: t.Any, lab: Lab, expect: t.Any, screenshot: str | None = None) -> Notebook:
-    """The launcher offers the sandbox kernel; its tile opens a notebook on it, whose kernel
-    is then idle."""
+def run_the_notebook(page: t.Any, lab: Lab, api: httpx.Client, seen: dict[str, dict], expect: t.Any) -> None:
+    # 1. The launcher offers the sandbox kernel; its tile opens a notebook on it.
     page.goto(lab.url, wait_until="domcontentloaded")
     launcher = page.locator(".jp-Launcher").first
     launcher.wait_for(state="visible", timeout=120_000)
@@ -315,52 +336,13 @@ def open_from_launcher(page: t.Any, lab: Lab, expect: t.Any, screenshot: str | N
     )
     expect(tile).to_have_count(1)
     tile.scroll_into_view_if_needed()
-    if screenshot:
-        page.screenshot(path=str(ARTIFACTS / screenshot))
+    page.screenshot(path=str(ARTIFACTS / "01-launcher.png"))
     tile.click()
 
     nb = Notebook(page)
     nb.panel.wait_for(state="visible", timeout=60_000)
     expect(nb.panel.locator(".jp-Toolbar-kernelName").first).to_have_text(KERNEL_DISPLAY_NAME, timeout=60_000)
     nb.wait_status("idle", KERNEL_START_MS)
-    return nb
-
-
-@contextlib.contextmanager
-def lab_page(server: support.Server, name: str) -> t.Iterator[tuple[t.Any, Lab]]:
-    """JupyterLab on the session's sandbox server and a Chromium page on it; on failure a
-    screenshot (`name`-failure.png) and JupyterLab's log tail; JupyterLab stopped after."""
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"sbk-browser-{name}-"))
-    lab = start_lab(server, workdir)
-    page = None
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1440, "height": 1000})
-                page.set_default_timeout(60_000)
-                yield page, lab
-            except BaseException:
-                if page is not None:
-                    with contextlib.suppress(Exception):
-                        page.screenshot(path=str(ARTIFACTS / f"{name}-failure.png"))
-                print(f"JupyterLab log tail:\n{lab.log_tail()}", flush=True)
-                raise
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
-        left = lab.reap_kernels()
-        shutil.rmtree(workdir, ignore_errors=True)
-    assert not left, f"kernel processes {left} outlived JupyterLab"
-
-
-def run_the_notebook(page: t.Any, lab: Lab, api: httpx.Client, seen: dict[str, dict], expect: t.Any) -> None:
-    # 1. The launcher offers the sandbox kernel; its tile opens a notebook on it.
-    nb = open_from_launcher(page, lab, expect, "01-launcher.png")
     expect(page.locator(".jp-StatusBar-Widget, #jp-main-statusbar").filter(has_text=KERNEL_DISPLAY_NAME).first
            ).to_be_visible()
     nb.shot("02-notebook-idle.png")

@@ -140,7 +140,8 @@ def test_a_slider_moved_on_the_page_recomputes_in_the_sandbox(kc):
     assert all(c["target_name"] == "jupyter.widget" for c in opened.values())
     # JupyterLab's widget manager refuses a comm_open whose metadata lacks the protocol version.
     assert all(m["metadata"]["version"].startswith("2.") for m in run.outputs if m["msg_type"] == "comm_open")
-    (view,) = [m for m in run.outputs if m["msg_type"] == "display_data"]
+    (view,) = [m for m in run.outputs if m["msg_type"] == "display_data"  # not the startup progress
+               and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
     assert view["content"]["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] == opened["VBoxModel"]["comm_id"]
     # The HTML widget's value is put into the page as HTML: it arrives as text only.
     assert opened["HTMLModel"]["data"]["state"]["value"] == "safe text"
@@ -180,3 +181,32 @@ def test_tqdm_notebook_bar_reaches_its_total(kc):
     assert values and values[-1] == 20
     texts = [m["content"]["data"]["state"].get("value", "") for m in run.outputs if m["msg_type"] == "comm_msg"]
     assert any(re.search(r"100%", str(v)) for v in texts)
+
+
+def test_a_comm_message_sent_while_its_cell_runs_waits_for_the_cell(kc):
+    """As JupyterLab does when it draws a slider: the comm_msg arrives while the cell that
+    made the slider still runs. It is handled after the cell (as ipykernel queues it), and
+    the cell still ends with its reply and its idle status."""
+    msg_id = kc.execute("import ipywidgets as w, time\ns = w.IntSlider(2)\n"
+                        "s.observe(lambda c: print('moved to', c['new']), 'value')\ndisplay(s)\ntime.sleep(3)\n"
+                        "print('cell done')")
+    deadline = time.monotonic() + 60
+    slider = None
+    while slider is None:
+        msg = kc.get_iopub_msg(timeout=max(1, deadline - time.monotonic()))
+        if msg["msg_type"] == "comm_open" and msg["content"]["data"]["state"].get("_model_name") == "IntSliderModel":
+            slider = msg["content"]["comm_id"]
+    comm = kc.session.msg("comm_msg", {"comm_id": slider, "data": {"method": "update", "state": {"value": 5},
+                                                                  "buffer_paths": []}})
+    kc.shell_channel.send(comm)
+    assert reply_of(kc, msg_id)["status"] == "ok"
+    cell = iopub_until_idle(kc, msg_id)
+    assert "cell done" in "".join(m["content"].get("text", "") for m in cell if m["msg_type"] == "stream")
+    # Its output comes under the page's message (ipykernel sends no status for a comm handled
+    # beside a running cell, so there is no idle to wait for).
+    printed = ""
+    while "moved to 5" not in printed and time.monotonic() < deadline:
+        msg = kc.get_iopub_msg(timeout=max(1, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") == comm["header"]["msg_id"] and msg["msg_type"] == "stream":
+            printed += msg["content"]["text"]
+    assert printed == "moved to 5\n"

@@ -52,7 +52,7 @@ def test_fuzzed_requests_never_get_a_5xx_and_the_server_keeps_serving(sandbox_se
         params = case.path_parameters
         if params and "sandbox_id" in params and live and not (method == "DELETE" and path == "/v1/sandboxes/{sandbox_id}"):
             params["sandbox_id"] = target
-        if path.endswith("/execute") and isinstance(case.body, dict):
+        if path.endswith(("/execute", "/comm")) and isinstance(case.body, dict):
             timeout = case.body.get("timeout_seconds")
             if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout > 5:
                 case.body["timeout_seconds"] = 5
