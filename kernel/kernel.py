@@ -8,6 +8,7 @@ from a gone sandbox or an absent server); sandbox events become IOPub messages
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import platform
