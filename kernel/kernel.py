@@ -218,6 +218,11 @@ class SandboxKernel(SandboxSettings, Kernel):
             await self.lifecycle.run_comm(parent["header"]["msg_type"], content, metadata, buffers, out)
         except Exception as exc:  # a frontend's message must never take the kernel down
             self.log.warning("comm message not delivered: %s", exc)
+        # ipykernel sends no status for a comm message it dispatches beside another request
+        # (a cell, or the previous comm message still being handled); but ipywidgets sends a
+        # model's next update only once the previous one's idle came: say it, always (a
+        # second idle for the same message is ignored).
+        self._publish_status("idle", "shell", parent=parent)
 
     # ------------------------------------------------------------------ control
 
