@@ -3,9 +3,17 @@
 nbval re-runs every notebook in `notebooks/` through the `sandbox` kernel and compares each
 cell's fresh output with the output stored in the notebook (after the masks in
 notebooks/nbval_sanitize.cfg): the notebooks are documentation that cannot silently go
-stale. It runs as a subprocess, as CI would run it by hand, so that this test run never
-collects .ipynb files itself, and so that the kernels it starts point at the session's
-server.
+stale. It runs as a subprocess, as a user runs it by hand (`pytest --nbval notebooks/
+--nbval-kernel-name sandbox`), so that this test run never collects .ipynb files itself.
+
+As a user runs it means the embedded default: no SANDBOX_KERNEL_* variable reaches nbval
+or its kernels, so the first kernel starts the server of the default state directory and
+every `%%host` cell finds it the way the kernel does. The default state directory of root
+is /var/lib/sandbox-kernel, shared by everything on the host; nbval therefore runs in a
+private mount namespace (`unshare --mount`) where a fresh state directory of this module
+is bind-mounted at that path: the default is exercised as is, and nothing outside the
+namespace is touched. nbval kills its kernels (SIGKILL, no shutdown request); the server
+must end each killed kernel's sandbox by itself, so after a run no sandbox may be left.
 
 A validation that passes whatever the notebook prints would prove nothing: the second test
 changes the answer of notebook 01 (its data, or its formula) and checks that nbval fails,
@@ -16,14 +24,17 @@ To record outputs again after editing a notebook: tests/notebooks/record_outputs
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import typing as t
+from dataclasses import dataclass
 
 import httpx
 import nbformat
@@ -40,28 +51,73 @@ CTR_CELL_CODE = "ctr = clicks / impressions * 100"
 NBVAL_TIMEOUT = 900
 
 
+# Where the embedded default looks when nothing says otherwise (sandbox/paths.py).
+DEFAULT_STATE_DIR = pathlib.Path("/var/lib/sandbox-kernel")
+
+
+@dataclass
+class EmbeddedDefault:
+    """A user's setup: the kernelspec installed, no SANDBOX_KERNEL_* variable, and the
+    state directory (seen at the default path inside nbval's mount namespace)."""
+
+    env: dict[str, str]
+    state_dir: pathlib.Path
+
+    def client(self) -> httpx.Client:
+        """The embedded server, reached from outside the namespace by its socket's real path."""
+        transport = httpx.HTTPTransport(uds=str(self.state_dir / "server.sock"))
+        return httpx.Client(base_url="http://sandbox-kernel", transport=transport, timeout=30)
+
+
 @pytest.fixture(scope="module")
-def nbval_env(sandbox_server: support.Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The environment of the nbval subprocess (and so of its kernels): the session's
-    server, and the kernelspec installed where jupyter_client looks."""
+def embedded(sandbox_server: support.Server, tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[EmbeddedDefault]:
+    if os.geteuid() != 0:
+        pytest.skip("binding a state directory at the default path needs root (unshare --mount)")
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed")
     from kernel.install import install_kernelspec
 
     prefix = tmp_path_factory.mktemp("jupyter-prefix")
     install_kernelspec(prefix=str(prefix))
-    env = support.kernel_environ(sandbox_server, prefix / "share" / "jupyter")
+    env = support.with_repo_on_path(dict(os.environ))
+    for key in [k for k in env if k.startswith("SANDBOX_KERNEL_")]:
+        del env[key]
     env.pop("PYTEST_ADDOPTS", None)  # the outer run's options are not nbval's
-    return env
+    env["JUPYTER_PATH"] = str(prefix / "share" / "jupyter")  # where `sandbox-kernel install --user` puts it
+    state = support.make_state_dir("sbk-nbval-", images_from=sandbox_server.state_dir)
+    try:
+        yield EmbeddedDefault(env, state)
+    finally:
+        stop_embedded_server(state)
+        support.sweep(state)
+        shutil.rmtree(state, ignore_errors=True)
 
 
-def run_nbval(target: pathlib.Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    cmd = [
+def stop_embedded_server(state: pathlib.Path) -> None:
+    """The server the first kernel started outlives nbval (as it outlives a user's kernels)."""
+    try:
+        pid = int(json.loads((state / "server.json").read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return
+    if support.pid_alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        support.wait_for(lambda: not support.pid_alive(pid), 30)
+
+
+def run_nbval(target: pathlib.Path, embedded: EmbeddedDefault) -> subprocess.CompletedProcess[str]:
+    nbval = [
         sys.executable, "-m", "pytest", "--nbval", str(target),
         "--nbval-kernel-name", "sandbox",
         "--nbval-sanitize-with", str(SANITIZE.relative_to(REPO)),
         "-p", "no:cacheprovider",
     ]
+    # In its own mount namespace, the module's state directory stands at the default path.
+    in_namespace = (
+        f"mkdir -p {DEFAULT_STATE_DIR} && mount --bind {embedded.state_dir} {DEFAULT_STATE_DIR} && exec \"$@\""
+    )
+    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", in_namespace, "sh", *nbval]
     return subprocess.run(
-        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=NBVAL_TIMEOUT, stdin=subprocess.DEVNULL
+        cmd, cwd=REPO, env=embedded.env, capture_output=True, text=True, timeout=NBVAL_TIMEOUT, stdin=subprocess.DEVNULL
     )
 
 
@@ -92,44 +148,25 @@ def code_cell_count(path: pathlib.Path) -> int:
     return sum(c.cell_type == "code" for c in nbformat.read(path, as_version=4).cells)
 
 
-def live_sandboxes(server: support.Server) -> dict[str, dict[str, t.Any]]:
-    r = httpx.get(f"{server.url}/v1/sandboxes", headers={"Authorization": f"Bearer {server.token}"}, timeout=30)
-    r.raise_for_status()
-    return {s["id"]: s for s in r.json()["sandboxes"]}
+def running_sandboxes(embedded: EmbeddedDefault) -> list[str]:
+    with embedded.client() as client:
+        r = client.get("/v1/sandboxes")
+        r.raise_for_status()
+        return [s["id"] for s in r.json()["sandboxes"] if s["state"] == "running"]
 
 
-def pid_alive(pid: t.Any) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (OSError, TypeError, ValueError):
-        return False
-    return True
-
-
-def reap_killed_kernels_sandboxes(server: support.Server, before: set[str]) -> list[str]:
-    """Delete the sandboxes of kernels nbval killed; returns whatever else was left.
-
-    nbval stops each kernel with shutdown_kernel(now=True), a SIGKILL the kernel cannot
-    answer, so its sandbox would live until its TTL: deleted here. Any other sandbox created
-    during the run and still alive was leaked by a notebook.
-    """
-    others = []
-    headers = {"Authorization": f"Bearer {server.token}"}
-    for sid, sbx in live_sandboxes(server).items():
-        if sid in before:
-            continue
-        meta = sbx.get("metadata") or {}
-        if meta.get("client") == "sandbox-kernel" and not pid_alive(meta.get("kernel_pid")):
-            httpx.delete(f"{server.url}/v1/sandboxes/{sid}", headers=headers, timeout=30)
-        else:
-            others.append(sid)
-    return others
+def left_running(embedded: EmbeddedDefault) -> list[str]:
+    """Sandboxes still running once nbval is done (warm-pool sandboxes are never listed).
+    nbval SIGKILLs its kernels; the server notices each death (a pidfd per kernel) and ends
+    that kernel's sandbox by itself, asynchronously: waited for, a bounded time."""
+    support.wait_for(lambda: not running_sandboxes(embedded), 60, interval=0.5)
+    return running_sandboxes(embedded)
 
 
 @pytest.mark.timeout(NBVAL_TIMEOUT + 60)
-def test_notebooks_pass_nbval(sandbox_server: support.Server, nbval_env: dict[str, str]) -> None:
-    """Every notebook re-runs through the sandbox kernel with the outputs it stores; no
-    cell is skipped, and no notebook leaves a sandbox of its own running."""
+def test_notebooks_pass_nbval(embedded: EmbeddedDefault) -> None:
+    """Every notebook re-runs through the sandbox kernel, on the embedded default, with the
+    outputs it stores; no cell is skipped, and no sandbox is left running afterwards."""
     notebooks = sorted(NOTEBOOKS.glob("*.ipynb"))
     assert [p.name for p in notebooks] == [
         "01-ctr-from-a-pushed-csv.ipynb",
@@ -138,12 +175,14 @@ def test_notebooks_pass_nbval(sandbox_server: support.Server, nbval_env: dict[st
         "04-lifecycle.ipynb",
         "05-adk-agent.ipynb",
     ]
-    before = set(live_sandboxes(sandbox_server))
     began = time.monotonic()
-    proc = run_nbval(NOTEBOOKS.relative_to(REPO), nbval_env)
+    proc = run_nbval(NOTEBOOKS.relative_to(REPO), embedded)
     elapsed = time.monotonic() - began
-    leftover = reap_killed_kernels_sandboxes(sandbox_server, before)
     assert proc.returncode == 0, report(proc)
+    # the kernels found the default state directory's server: the one the first kernel started
+    log = (embedded.state_dir / "server.log").read_text(errors="replace")
+    assert log.count("--- started by kernel pid") == 1, log[-3000:]
+    leftover = left_running(embedded)
     counts = summary_counts(proc.stdout)
     assert counts.get("passed") == sum(map(code_cell_count, notebooks)), report(proc)  # every cell ran
     assert not {"failed", "error", "errors", "skipped", "xfailed", "xpassed"} & set(counts), report(proc)
@@ -175,8 +214,7 @@ def _change_formula(workdir: pathlib.Path) -> str:
 @pytest.mark.timeout(NBVAL_TIMEOUT + 60)
 @pytest.mark.parametrize("change", [_change_data, _change_formula], ids=["data", "formula"])
 def test_changed_answer_fails_validation(
-    sandbox_server: support.Server,
-    nbval_env: dict[str, str],
+    embedded: EmbeddedDefault,
     tmp_path: pathlib.Path,
     change: t.Callable[[pathlib.Path], str],
 ) -> None:
@@ -188,9 +226,8 @@ def test_changed_answer_fails_validation(
     shutil.copytree(NOTEBOOKS / "data", workdir / "data")
     new_figure = change(workdir)
 
-    before = set(live_sandboxes(sandbox_server))
-    proc = run_nbval(workdir / CTR_NOTEBOOK, nbval_env)
-    reap_killed_kernels_sandboxes(sandbox_server, before)
+    proc = run_nbval(workdir / CTR_NOTEBOOK, embedded)
+    assert left_running(embedded) == []
 
     assert proc.returncode == 1, report(proc)  # 1: tests failed (not a usage or internal error)
     failed = failed_cells(proc.stdout)
