@@ -159,8 +159,10 @@ def user_venv() -> pathlib.Path:
         for part in ("pyproject.toml", "README.md"):
             shutil.copy(support.REPO / part, src / part)
         subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(root / "venv")], check=True, capture_output=True)
-        r = subprocess.run([str(root / "venv/bin/pip"), "install", "-q", "--disable-pip-version-check", str(src)],
-                           capture_output=True, text=True, timeout=900)
+        # nbval and google-adk: the example notebooks' host side, validated as a user runs them
+        r = subprocess.run([str(root / "venv/bin/pip"), "install", "-q", "--disable-pip-version-check", str(src),
+                            "nbval", "google-adk"],
+                           capture_output=True, text=True, timeout=1800)
         assert r.returncode == 0, r.stderr[-3000:]
         shutil.copy(pathlib.Path(__file__).with_name("user_kernels.py"), root / "user_kernels.py")
         subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
@@ -176,7 +178,7 @@ def seed_images(user: str, sandbox_server: support.Server) -> pathlib.Path:
     home = pathlib.Path(os.path.expanduser(f"~{user}"))
     state = home / ".local/share/sandbox-kernel"
     dest = state / "images/default"
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(sandbox_server.state_dir / "images/default/image.json", dest / "image.json")
     subprocess.run(["chown", "-R", f"{user}:", str(home / ".local")], check=True)
     return state
@@ -238,3 +240,41 @@ def test_two_users_kernels_on_the_embedded_default(users, user_venv, sandbox_ser
             except (OSError, ValueError, KeyError):
                 pass
             support.sweep(state)
+
+
+def test_notebooks_pass_nbval_as_an_ordinary_user(users, user_venv, sandbox_server):
+    """`pytest --nbval notebooks/` as a user runs it: an ordinary account, its kernelspec
+    installed with `sandbox-kernel install --user`, no SANDBOX_KERNEL_* variable, the
+    embedded default (its server weaker than root's: no cgroups, no uid per sandbox). The
+    stored outputs are the root mode's; the cells whose facts depend on the mode print the
+    same in both (notebook 02's memory bomb) or are masked where %sandbox names the mode
+    (notebooks/nbval_sanitize.cfg). Afterwards no sandbox of the user's is left running."""
+    user = users[0]
+    state = seed_images(user, sandbox_server)
+    home = pathlib.Path(os.path.expanduser(f"~{user}"))
+    shutil.copytree(support.REPO / "notebooks", home / "notebooks")
+    subprocess.run(["chown", "-R", f"{user}:", str(home / "notebooks")], check=True)
+    venv = user_venv / "venv/bin"
+    script = (f"{venv}/sandbox-kernel install --user && exec {venv}/python -m pytest --nbval notebooks/ "
+              "--nbval-kernel-name sandbox --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider -q")
+    try:
+        proc = subprocess.run([shutil.which("runuser"), "-u", user, "--", "/bin/sh", "-c", script],
+                              capture_output=True, text=True, timeout=1200, cwd=str(home),
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(home)})
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        assert " failed" not in proc.stdout and " skipped" not in proc.stdout, proc.stdout[-3000:]
+        # nbval killed its kernels: the user's server ended their sandboxes by itself.
+        def running() -> list[str]:
+            return [d.name for d in (state / "sandboxes").iterdir()
+                    if (d / "state.json").exists() and json.loads((d / "state.json").read_text()).get("state") == "running"]
+        support.wait_for(lambda: not running(), 60, interval=0.5)
+        assert running() == [], running()
+    finally:
+        try:
+            pid = json.loads((state / "server.json").read_text())["pid"]
+            os.kill(pid, 15)
+            support.wait_for(lambda: not support.pid_alive(pid), 30)
+        except (OSError, ValueError, KeyError):
+            pass
+        support.sweep(state)
+        shutil.rmtree(state, ignore_errors=True)
