@@ -1,4 +1,4 @@
-"""``sandbox-kernel``: serve | gateway | doctor | image build/ls/rm | install | ls | rm | mcp | lab.
+"""``sandbox-kernel``: serve | gateway | doctor | image build/ls/rm | install | ls | rm | drain | mcp | lab.
 
 Every command that talks to a server finds it as the kernel does (sandbox/endpoint.py):
 ``--url``, else ``--state-dir``'s socket, else SANDBOX_KERNEL_URL, else the state
@@ -185,6 +185,32 @@ def _server(args):
         return None
 
 
+def cmd_drain(args) -> int:
+    """Drain a node server (no new sandboxes, its own run out), or undo it: on the server
+    this command reaches, or, through a gateway, on its node ``--node``."""
+    from .client import DEFAULT_TIMEOUT, SandboxError, _SyncTransport
+
+    config = _server(args)
+    if config is None:
+        return 1
+    path = f"/v1/nodes/{args.node}/drain" if args.node else "/v1/node/drain"
+    tr = _SyncTransport(config, DEFAULT_TIMEOUT)
+    try:
+        answer = tr.request("POST", path, json={"draining": not args.undo})
+    except SandboxError as exc:
+        _error(str(exc))
+        return 1
+    finally:
+        tr.close()
+    node = answer.get("node_id") or args.node or config.where
+    if answer.get("draining"):
+        print(f"node {node} is draining: no new sandboxes; its {answer.get('sandboxes', '?')} sandbox(es) run on "
+              "until they end (undo: sandbox-kernel drain --undo)")
+    else:
+        print(f"node {node} takes new sandboxes again")
+    return 0
+
+
 def cmd_install(args) -> int:
     from kernel.install import install_kernelspec
 
@@ -357,6 +383,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      "state directory) or unix:/path/server.sock")
     lss.set_defaults(func=cmd_ls)
     rms.set_defaults(func=cmd_rm)
+
+    drain = sub.add_parser("drain", help="drain a node: it takes no new sandboxes, its own run until they end")
+    drain.add_argument("--undo", action="store_true", help="take new sandboxes again")
+    drain.add_argument("--node", help="through a gateway: the node id to drain (see GET /v1/nodes)")
+    drain.add_argument("--state-dir", help="whose server: this state directory's socket")
+    drain.add_argument("--url", help="a node server or gateway URL: http://HOST:PORT (token from SANDBOX_KERNEL_TOKEN) "
+                                     "or unix:/path/server.sock")
+    drain.set_defaults(func=cmd_drain)
 
     mcp = sub.add_parser("mcp", help="serve the sandboxes over the Model Context Protocol (stdio or HTTP)")
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio")

@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import httpx
@@ -107,6 +109,34 @@ def test_the_node_reports_what_placement_needs_and_can_be_drained(node, gateway)
         again = n.post("/v1/sandboxes", json={})
         assert again.status_code == 201, again.text
         n.delete(f"/v1/sandboxes/{again.json()['id']}")
+
+
+def _drain_cli(target, *args: str) -> "subprocess.CompletedProcess[str]":
+    env = support.server_env(target.token)
+    return subprocess.run([sys.executable, "-m", "sandbox", "drain", "--url", target.url, *args], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=str(support.REPO))
+
+
+def test_drain_from_the_command_line(node, gateway):
+    """`sandbox-kernel drain` on a node, and through a gateway by node id; --undo undoes it."""
+    drained = _drain_cli(node)
+    try:
+        assert drained.returncode == 0 and "node loop1 is draining" in drained.stdout, drained
+        with node.client() as n:
+            assert n.get("/v1/info").json()["draining"] is True
+            assert n.post("/v1/sandboxes", json={}).json()["error"]["reason"] == "draining"
+        undone = _drain_cli(gateway, "--node", "loop1", "--undo")
+        assert undone.returncode == 0 and "node loop1 takes new sandboxes again" in undone.stdout, undone
+        with node.client() as n:
+            assert n.get("/v1/info").json()["draining"] is False
+        via_gateway = _drain_cli(gateway, "--node", "loop1")
+        assert via_gateway.returncode == 0 and "node loop1 is draining" in via_gateway.stdout, via_gateway
+        with node.client() as n:
+            assert n.get("/v1/info").json()["draining"] is True
+        unknown = _drain_cli(gateway, "--node", "nope")
+        assert unknown.returncode == 1 and "no node 'nope'" in unknown.stderr and "Traceback" not in unknown.stderr, unknown
+    finally:
+        _drain_cli(node, "--undo")
 
 
 def test_a_node_that_stops_answering_is_unavailable_then_gone(gateway, node):
