@@ -20,6 +20,7 @@ from ..errors import ApiError
 from ..ids import node_of
 from ..runtime import vocabulary as V
 from .config import GatewayConfig
+from .upstream import Upstream
 
 log = logging.getLogger("sandbox.gateway.nodes")
 
@@ -30,7 +31,8 @@ NODE_GONE, NODE_UNAVAILABLE = V.NODE_GONE, V.NODE_UNAVAILABLE
 @dataclass
 class Node:
     address: str
-    client: httpx.AsyncClient
+    client: httpx.AsyncClient   # the gateway's own calls: /v1/info, create, list, drain
+    upstream: Upstream          # calls on a sandbox, passed through as they are
     node_id: str | None = None
     info: dict = field(default_factory=dict)
     up: bool = False
@@ -87,6 +89,10 @@ class NodeTable:
         return httpx.AsyncClient(base_url=address, timeout=timeout, limits=self.limits,
                                  headers={"Authorization": f"Bearer {self.config.node_token}"})
 
+    def _upstream(self, address: str) -> Upstream:
+        return Upstream(address, self.config.node_token, self.config.node_timeout_seconds,
+                        max_connections=self.limits.max_connections, max_keepalive=self.limits.max_keepalive_connections)
+
     async def refresh(self) -> None:
         try:
             addresses = await self.source.addresses()
@@ -97,7 +103,7 @@ class NodeTable:
         for address in addresses:
             node = self.nodes.get(address)
             if node is None:
-                self.nodes[address] = Node(address, self._client(address))
+                self.nodes[address] = Node(address, self._client(address), self._upstream(address))
                 log.info("discovered node address %s", address)
             else:
                 node.departed_at = None
@@ -109,6 +115,7 @@ class NodeTable:
             if node.departed_at is not None and now - node.departed_at > self.config.node_gone_seconds * 4:
                 del self.nodes[address]  # long gone: its id answers 410 as an unknown one
                 await node.client.aclose()
+                await node.upstream.aclose()
         await asyncio.gather(*(self._ask(n) for n in self.nodes.values() if n.departed_at is None))
         self._index()
         self.refreshed.set()
@@ -156,7 +163,8 @@ class NodeTable:
                 log.exception("node refresh failed")
 
     async def close(self) -> None:
-        await asyncio.gather(*(n.client.aclose() for n in self.nodes.values()), return_exceptions=True)
+        await asyncio.gather(*(n.client.aclose() for n in self.nodes.values()),
+                             *(n.upstream.aclose() for n in self.nodes.values()), return_exceptions=True)
 
     # ----------------------------------------------------------------- queries
     def usable(self) -> list[Node]:
