@@ -227,19 +227,28 @@ def test_two_users_kernels_on_the_embedded_default(users, user_venv, sandbox_ser
         assert probe.returncode != 0 and "PermissionError" in probe.stderr, probe
         # Shut-down kernels left no sandbox running (the warm pool's may still be starting).
         for user in users:
-            live = [d.name for d in (states[user] / "sandboxes").iterdir()
-                    if (d / "state.json").exists() and json.loads((d / "state.json").read_text()).get("state") == "running"]
+            live = running_in(states[user])
             assert not live, (user, live)
     finally:
         for user in users:
-            state = states[user]
-            try:
-                pid = json.loads((state / "server.json").read_text())["pid"]
-                os.kill(pid, 15)
-                support.wait_for(lambda: not support.pid_alive(pid), 30)
-            except (OSError, ValueError, KeyError):
-                pass
-            support.sweep(state)
+            stop_users_server(states[user])
+
+
+def running_in(state: pathlib.Path) -> list[str]:
+    """The sandboxes of a user's state directory that are running, as their supervisors say."""
+    return [d.name for d in (state / "sandboxes").iterdir()
+            if (d / "state.json").exists() and json.loads((d / "state.json").read_text()).get("state") == "running"]
+
+
+def stop_users_server(state: pathlib.Path) -> None:
+    """The server a user's first kernel started outlives the kernels: stopped, and all it left swept."""
+    try:
+        pid = json.loads((state / "server.json").read_text())["pid"]
+        os.kill(pid, 15)
+        support.wait_for(lambda: not support.pid_alive(pid), 30)
+    except (OSError, ValueError, KeyError):
+        pass
+    support.sweep(state)
 
 
 def test_notebooks_pass_nbval_as_an_ordinary_user(users, user_venv, sandbox_server):
@@ -264,17 +273,8 @@ def test_notebooks_pass_nbval_as_an_ordinary_user(users, user_venv, sandbox_serv
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
         assert " failed" not in proc.stdout and " skipped" not in proc.stdout, proc.stdout[-3000:]
         # nbval killed its kernels: the user's server ended their sandboxes by itself.
-        def running() -> list[str]:
-            return [d.name for d in (state / "sandboxes").iterdir()
-                    if (d / "state.json").exists() and json.loads((d / "state.json").read_text()).get("state") == "running"]
-        support.wait_for(lambda: not running(), 60, interval=0.5)
-        assert running() == [], running()
+        support.wait_for(lambda: not running_in(state), 60, interval=0.5)
+        assert running_in(state) == []
     finally:
-        try:
-            pid = json.loads((state / "server.json").read_text())["pid"]
-            os.kill(pid, 15)
-            support.wait_for(lambda: not support.pid_alive(pid), 30)
-        except (OSError, ValueError, KeyError):
-            pass
-        support.sweep(state)
+        stop_users_server(state)
         shutil.rmtree(state, ignore_errors=True)
