@@ -26,6 +26,10 @@ REPLY_EXTRAS = ("payload", "user_expressions")
 # Put on a cell's queue when its input() was answered (the timeout's clock goes on).
 ANSWERED = "_answered"
 
+# A merged stream event holds at most this many characters (plus one frame's): the size of
+# what the runtime itself sends at a time, so merging never makes an event a caller could
+# not take.
+MERGE_MAX_CHARS = 64 * 1024
 
 
 class CellRun:
@@ -51,6 +55,38 @@ class CellRun:
             return False
         self.budget -= cost
         return True
+
+
+def merge_streams(first: dict, queue: asyncio.Queue) -> tuple[dict, dict | None]:
+    """``first`` (a stream event) with the stream events of the same name queued right
+    behind it, as one event; and the event that ended the run (None if the queue ran dry),
+    which the caller must pass on next.
+
+    A cell that writes many tiny frames (a flush per character, or a flood written onto
+    its channel) then costs the supervisor, the server and the client one event per
+    batch rather than one per frame. Only events already waiting are merged, never waited
+    for, so an interactive print goes out as soon as it arrives; order with every other
+    event is kept, since the merge stops at the first event of another kind or name.
+    """
+    parts, size, truncated = [first["text"]], len(first["text"]), bool(first.get("truncated"))
+    held = None
+    while size < MERGE_MAX_CHARS:
+        try:
+            event = queue.get_nowait()
+        except asyncio.QueueEmpty:
+            break
+        if event.get("type") != V.STREAM or event.get("name") != first.get("name"):
+            held = event
+            break
+        parts.append(event["text"])
+        size += len(event["text"])
+        truncated = truncated or bool(event.get("truncated"))
+    if len(parts) == 1:
+        return first, held
+    merged = {**first, "text": "".join(parts)}
+    if truncated:
+        merged["truncated"] = True
+    return merged, held
 
 
 class ExecuteSession(Session):
@@ -91,13 +127,21 @@ class ExecuteSession(Session):
                                  **{k: self.request[k] for k in FORWARDED[op] if k in self.request}})
         deadline = time.monotonic() + float(timeout)
         interrupted_for_caller = False
+        held: dict | None = None  # the event that ended a merge, next in line
         while True:
             if self.caller_gone.is_set() and not interrupted_for_caller and phase == "running":
                 interrupted_for_caller = True
                 await self._interrupt_quietly(cell, {"reason": "client_disconnected"})
+            event, held = held, None
+            if event is None and time.monotonic() < deadline:  # what is queued, without a timer
+                try:
+                    event = cell.events.get_nowait()
+                except asyncio.QueueEmpty:
+                    pass
             try:
-                wait = deadline - time.monotonic()
-                event = await asyncio.wait_for(cell.events.get(), max(0.0, wait) if wait != float("inf") else None)
+                if event is None:
+                    wait = deadline - time.monotonic()
+                    event = await asyncio.wait_for(cell.events.get(), max(0.0, wait) if wait != float("inf") else None)
             except asyncio.TimeoutError:
                 if phase == "running":
                     phase = "interrupting"
@@ -127,6 +171,8 @@ class ExecuteSession(Session):
             if kind == "_died":
                 await self.send(V.reason_error_event(event["reason"], event["message"]))
                 return {"status": V.ERROR, "reason": event["reason"]}
+            if kind == V.STREAM:
+                event, held = merge_streams(event, cell.events)
             event.pop("exec", None)
             await self.send(event)
 

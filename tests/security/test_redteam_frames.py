@@ -295,3 +295,33 @@ def _peak_kib(status: pathlib.Path) -> int:
             return int(line.split()[1])
     raise AssertionError("no VmHWM")
 
+
+
+TINY_FRAMES = '''
+one = frame({"type": "stream", "exec": runtime.current, "name": "stdout", "text": "z" * 4})
+err = frame({"type": "stream", "exec": runtime.current, "name": "stderr", "text": "e"})
+shown = frame({"type": "display_data", "exec": runtime.current, "data": {"text/plain": "between"},
+               "metadata": {}, "transient": {}})
+write_all(one * 5000 + err + one * 5000 + shown + one * 5000)
+'''
+
+
+def test_tiny_stream_frames_reach_the_caller_merged_in_order(guarded):
+    """15000 stream frames of 4 bytes, written straight onto the channel, cost the host one
+    event per batch, not per frame (the supervisor merges consecutive stream events of one
+    name that are already queued): every byte arrives, in order around a stderr write and a
+    display, in far fewer events. (Without the merge each frame is an event: 15002 streams.)"""
+    sid, events = forge(guarded, TINY_FRAMES, timeout=60)
+    guarded.api.delete(sid)
+    assert done_of(events)["status"] == "ok" and done_of(events)["truncated"] is False, done_of(events)
+    streams = of_type(events, "stream")
+    assert stream_text(events) == "z" * 60000 and stream_text(events, "stderr") == "e"
+    runs = []  # the order of kinds, consecutive repeats folded
+    for event in events[:-1]:
+        kind = (event["type"], event.get("name"))
+        if not runs or runs[-1] != kind:
+            runs.append(kind)
+    assert runs == [("stream", "stdout"), ("stream", "stderr"), ("stream", "stdout"), ("display_data", None),
+                    ("stream", "stdout")], runs
+    assert len(streams) <= 15002 // 10, len(streams)
+    outcome("15000 frames of 4 bytes", f"{len(streams)} stream events, order kept")
