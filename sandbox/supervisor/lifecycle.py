@@ -70,6 +70,10 @@ class Supervisor:
         else:
             self.record["runtime"] = {k: launched.ready.get(k) for k in ("python", "preloaded", "preload_failed")}
             V.advance(self.record, V.POOLED if self.record["pooled"] else V.RUNNING)
+            if self.record["state"] == V.RUNNING:
+                # The TTL counts from when the sandbox can take a cell, not from when its boot
+                # began: a cold start on a busy host may take longer than a short TTL.
+                self.record.touch()
         self.tasks = [launched.log_task, asyncio.create_task(self.channel.read(reader)),
                       asyncio.create_task(self._watch_process()), asyncio.create_task(watch_deadlines(self))]
         if self.restoring:

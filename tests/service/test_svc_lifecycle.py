@@ -65,6 +65,16 @@ def test_ttl_slides_on_execute_and_renew_then_expires(api, new_sandbox, run):
     assert api_error(api.post(f"/v1/sandboxes/{sid}/renew"), 410)["code"] == "gone"
 
 
+def test_a_cold_sandboxs_ttl_counts_from_when_it_is_ready(new_sandbox):
+    """A sandbox started for the request (not from the warm pool: another disk size) has
+    its TTL from when it could take a cell, not from when its boot began: its expiry is
+    later than creation plus the TTL by the boot's time. (Counted from the boot's start, a
+    short TTL ran out during a slow cold start on a busy host, before the first cell.)"""
+    created = new_sandbox(ttl_seconds=600, disk_mb=257)
+    assert created["from_pool"] is False, created
+    assert ts(created["expires_at"]) - ts(created["created_at"]) > timedelta(seconds=600), created
+
+
 def test_a_cell_longer_than_the_ttl_leaves_the_sandbox_alive(api, new_sandbox, run):
     """The TTL counts idle time: an execute renews it when it starts *and when it ends*.
     With the start's renewal alone, a cell longer than the TTL would end with its sandbox
