@@ -39,7 +39,7 @@ class Process:
                                         stdout=log, stderr=subprocess.STDOUT, cwd=str(support.REPO),
                                         env=support.server_env(self.token))
         deadline = time.monotonic() + START_TIMEOUT
-        while not support.healthy(self.url):
+        while not support.is_healthy(self.url):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{self.argv[0]} on {self.host.name} did not start:\n{self.log_tail()}")
             time.sleep(0.1)
