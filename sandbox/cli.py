@@ -188,7 +188,8 @@ def _server(args):
 def cmd_drain(args) -> int:
     """Drain a node server (no new sandboxes, its own run out), or undo it: on the server
     this command reaches, or, through a gateway, on its node ``--node``."""
-    from .client import DEFAULT_TIMEOUT, SandboxError, _SyncTransport
+    from .client import DEFAULT_TIMEOUT, SandboxError
+    from .client.sync_client import _SyncTransport
 
     config = _server(args)
     if config is None:
