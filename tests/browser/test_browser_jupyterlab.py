@@ -16,6 +16,7 @@ Needs: jupyterlab and playwright (pip), and a Chromium at /usr/bin/chromium (Deb
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
@@ -89,6 +90,7 @@ class Lab:
         self.root = root
         self.log = log
         self.started_kernels: set[int] = set()
+        self.exit_code: int | None = None  # once stopped
 
     @property
     def base(self) -> str:
@@ -209,6 +211,43 @@ def start_lab(server: support.Server, workdir: pathlib.Path) -> Lab:
 # --------------------------------------------------------------------------- the page
 
 
+@contextlib.contextmanager
+def lab_page(server: support.Server, name: str, *, full_page: bool = False,
+             console: bool = False) -> t.Iterator[tuple[t.Any, Lab]]:
+    """JupyterLab on the session's sandbox server and a Chromium page on it, for one test.
+
+    On failure: a screenshot (`name`-failure.png) and JupyterLab's log tail. After: JupyterLab
+    stopped (its exit code in `lab.exit_code`), and no kernel process of it left behind."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"sbk-browser-{name}-"))
+    lab = start_lab(server, workdir)
+    page = None
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1440, "height": 1000})
+                page.set_default_timeout(60_000)
+                if console:
+                    page.on("console", lambda m: print(f"console {m.type}: {m.text}"[:400], flush=True))
+                yield page, lab
+            except BaseException:
+                if page is not None:
+                    with contextlib.suppress(Exception):
+                        page.screenshot(path=str(ARTIFACTS / f"{name}-failure.png"), full_page=full_page)
+                print(f"JupyterLab log tail:\n{lab.log_tail()}", flush=True)
+                raise
+            finally:
+                browser.close()
+    finally:
+        lab.exit_code = lab.stop()
+        left = lab.reap_kernels()
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert not left, f"kernel processes {left} outlived JupyterLab (exit code {lab.exit_code})"
+
+
 class Notebook:
     """The one open notebook, addressed by cell index."""
 
@@ -282,38 +321,15 @@ def sandboxes_of(api: httpx.Client, kernel_pids: set[int]) -> dict[str, dict]:
 
 
 def test_jupyterlab_notebook_with_the_sandbox_kernel(sandbox_server: support.Server, api: httpx.Client) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for old in ARTIFACTS.glob("*.png"):
         old.unlink()
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="sbk-browser-"))
-    lab = start_lab(sandbox_server, workdir)
     seen: dict[str, dict] = {}  # every sandbox this JupyterLab's kernels used
-    page = None
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1440, "height": 1000})
-                page.set_default_timeout(60_000)
-                run_the_notebook(page, lab, api, seen, expect)
-            except BaseException:
-                if page is not None:
-                    try:
-                        page.screenshot(path=str(ARTIFACTS / "failure.png"))
-                    except Exception:
-                        pass
-                print(f"JupyterLab log tail:\n{lab.log_tail()}", flush=True)
-                raise
-            finally:
-                browser.close()
-    finally:
-        code = lab.stop()
-        left = lab.reap_kernels()
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(f"JupyterLab exited with {code}; sandboxes used: {sorted(seen)}", flush=True)
-    assert not left, f"kernel processes {left} outlived JupyterLab (exit code {code})"
+    with lab_page(sandbox_server, "notebook") as (page, lab):
+        run_the_notebook(page, lab, api, seen, expect)
+    print(f"JupyterLab exited with {lab.exit_code}; sandboxes used: {sorted(seen)}", flush=True)
 
     # Shutting JupyterLab down shut its kernel down, which deleted its sandbox: nothing
     # this test created is left running on the server.

@@ -23,15 +23,12 @@ from __future__ import annotations
 import json
 import pathlib
 import re
-import shutil
-import tempfile
 import typing as t
 
 import httpx
-import pytest
 
 import support
-from test_browser_jupyterlab import ARTIFACTS, CELL_MS, CHROMIUM, CHROMIUM_ARGS, KERNEL_START_MS, Notebook, start_lab
+from test_browser_jupyterlab import CELL_MS, KERNEL_START_MS, Notebook, lab_page
 from test_browser_jupyterlab import pytestmark  # noqa: F401  (slow, timeout, skip without a browser)
 
 NOTEBOOK = "payloads.ipynb"
@@ -137,36 +134,12 @@ def assert_page_untouched(page: t.Any, lab: t.Any) -> None:
 
 
 def test_sandbox_outputs_cannot_touch_the_page(sandbox_server: support.Server) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="sbk-browser-isolation-"))
-    lab = start_lab(sandbox_server, workdir)
-    page = None
-    try:
+    with lab_page(sandbox_server, "isolation", full_page=True) as (page, lab):
         cells = payload_cells(lab.base, lab.token) + ORDINARY_CELLS
         write_notebook(lab.root, cells)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1440, "height": 1000})
-                page.set_default_timeout(60_000)
-                run_payloads(page, lab, len(cells), expect)
-            except BaseException:
-                if page is not None:
-                    try:
-                        page.screenshot(path=str(ARTIFACTS / "isolation-failure.png"), full_page=True)
-                    except Exception:
-                        pass
-                print(f"JupyterLab log tail:\n{lab.log_tail()}", flush=True)
-                raise
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
-        left = lab.reap_kernels()
-        shutil.rmtree(workdir, ignore_errors=True)
-    assert not left, f"kernel processes {left} outlived JupyterLab"
+        run_payloads(page, lab, len(cells), expect)
 
 
 def run_payloads(page: t.Any, lab: t.Any, n_cells: int, expect: t.Any) -> None:

@@ -14,15 +14,11 @@ import typing as t
 
 import pytest
 
-import support
-import contextlib
-import pathlib
 import re
-import shutil
-import tempfile
 
-from test_browser_jupyterlab import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, KERNEL_DISPLAY_NAME, KERNEL_START_MS, MISSING,
-                                     Lab, Notebook, start_lab)
+import support
+from test_browser_jupyterlab import ARTIFACTS, KERNEL_DISPLAY_NAME, KERNEL_START_MS, Lab, Notebook, lab_page
+from test_browser_jupyterlab import pytestmark as browser_pytestmark
 
 
 def _widgets_missing() -> str | None:
@@ -35,9 +31,7 @@ def _widgets_missing() -> str | None:
 
 WIDGETS_MISSING = _widgets_missing()
 pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(900),
-    pytest.mark.skipif(MISSING is not None, reason=f"browser test prerequisite missing: {MISSING}"),
+    *browser_pytestmark,  # slow, timeout, skip without a browser
     pytest.mark.skipif(WIDGETS_MISSING is not None, reason=f"widget manager missing: {WIDGETS_MISSING}"),
 ]
 
@@ -63,40 +57,6 @@ def open_from_launcher(page: t.Any, lab: Lab, expect: t.Any, screenshot: str | N
     return nb
 
 
-@contextlib.contextmanager
-def lab_page(server: support.Server, name: str) -> t.Iterator[tuple[t.Any, Lab]]:
-    """JupyterLab on the session's sandbox server and a Chromium page on it; on failure a
-    screenshot (`name`-failure.png) and JupyterLab's log tail; JupyterLab stopped after."""
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"sbk-browser-{name}-"))
-    lab = start_lab(server, workdir)
-    page = None
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1440, "height": 1000})
-                page.set_default_timeout(60_000)
-                page.on("console", lambda m: print(f"console {m.type}: {m.text}"[:400], flush=True))
-                yield page, lab
-            except BaseException:
-                if page is not None:
-                    with contextlib.suppress(Exception):
-                        page.screenshot(path=str(ARTIFACTS / f"{name}-failure.png"))
-                print(f"JupyterLab log tail:\n{lab.log_tail()}", flush=True)
-                raise
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
-        left = lab.reap_kernels()
-        shutil.rmtree(workdir, ignore_errors=True)
-    assert not left, f"kernel processes {left} outlived JupyterLab"
-
-
-
 INTERACT_CELL = """import ipywidgets as w
 @w.interact(x=(0, 20))
 def square(x=3):
@@ -111,7 +71,7 @@ for _ in tqdm(range(40), desc="steps"):
 def test_a_slider_recomputes_in_the_sandbox_and_a_tqdm_bar_completes(sandbox_server: support.Server) -> None:
     from playwright.sync_api import expect
 
-    with lab_page(sandbox_server, "widgets") as (page, lab):
+    with lab_page(sandbox_server, "widgets", console=True) as (page, lab):
         run_widgets(page, lab, expect)
 
 
