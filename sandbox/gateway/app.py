@@ -88,6 +88,11 @@ async def create(request: Request):
     data = schemas.parse(raw, schemas.CREATE)
     image = data.get("image") or DEFAULT_IMAGE
     candidates, refused = placement.rank(table.usable(), image, data.get("memory_mb"))
+    if not candidates and refused:
+        # Every node looked unfit in its last info, which may be older than the sandboxes
+        # deleted since (through another gateway, or on the node itself): ask once more.
+        await table.ask_again(table.usable())
+        candidates, refused = placement.rank(table.usable(), image, data.get("memory_mb"))
     for node in table.known():
         if node.node_id and not node.up and node.departed_at is None:
             refused[node.node_id] = node.error or "down"

@@ -166,6 +166,11 @@ class NodeTable:
         await asyncio.gather(*(n.client.aclose() for n in self.nodes.values()),
                              *(n.upstream.aclose() for n in self.nodes.values()), return_exceptions=True)
 
+    async def ask_again(self, nodes: list[Node]) -> None:
+        """Ask these nodes for their info now, between two refreshes: placement found none
+        fit by what they last said, which may predate sandboxes ended since."""
+        await asyncio.gather(*(self._ask(n) for n in nodes))
+
     # ----------------------------------------------------------------- queries
     def usable(self) -> list[Node]:
         """Nodes that answer and have an id: the ones placement may choose from."""

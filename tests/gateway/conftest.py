@@ -72,3 +72,12 @@ def gateway(node: support.Server) -> t.Iterator[GatewayProcess]:
                         "--refresh-seconds", "0.5", "--node-gone-seconds", "3").start()
     yield gw
     gw.stop()
+
+
+@pytest.fixture
+def rarely_refreshing_gateway(node: support.Server) -> t.Iterator[GatewayProcess]:
+    """A gateway whose view of the node is as old as its start (it refreshes hourly)."""
+    gw = GatewayProcess(node.token, node.state_dir / "gateway-slow.log", "--node", node.url,
+                        "--refresh-seconds", "3600").start()
+    yield gw
+    gw.stop()

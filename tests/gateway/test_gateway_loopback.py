@@ -41,6 +41,32 @@ def test_the_client_works_unchanged_through_the_gateway(gateway):
         Sandbox.connect(sandbox_id, url=gateway.url, token=gateway.token).refresh()
 
 
+def test_a_full_node_freed_behind_the_gateways_back_takes_the_next_sandbox(node, rarely_refreshing_gateway):
+    """A gateway that refreshes rarely still places a sandbox on a node that was full in its
+    last info but has room now (a sandbox deleted on the node itself, or through another
+    gateway): placement asks the nodes again before it says no."""
+    gw = rarely_refreshing_gateway
+    made: list[str] = []
+    try:
+        with gw.client() as c, httpx.Client(base_url=node.url, headers={"Authorization": f"Bearer {node.token}"},
+                                            timeout=60) as direct:
+            while True:  # fill the node (max_sandboxes=3), whatever other tests left on it
+                r = c.post("/v1/sandboxes", json={})
+                if r.status_code != 201:
+                    assert r.status_code == 503 and "full" in r.text, r.text
+                    break
+                made.append(r.json()["id"])
+            assert made, "the node had no room to start with"
+            assert direct.delete(f"/v1/sandboxes/{made.pop()}").status_code in (200, 204)
+            r = c.post("/v1/sandboxes", json={})
+            assert r.status_code == 201, r.text
+            made.append(r.json()["id"])
+    finally:
+        with httpx.Client(base_url=node.url, headers={"Authorization": f"Bearer {node.token}"}, timeout=60) as direct:
+            for sandbox_id in made:
+                direct.delete(f"/v1/sandboxes/{sandbox_id}")
+
+
 def test_an_execute_streams_its_events_as_they_happen(gateway):
     """Each event reaches the client before the cell goes on (no buffering in the gateway)."""
     with gateway.client() as c:
