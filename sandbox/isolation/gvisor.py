@@ -77,10 +77,6 @@ def bundle_dir(sandbox_dir: str) -> str:
     return os.path.join(sandbox_dir, "bundle")
 
 
-def checkpoint_dir(sandbox_dir: str) -> str:
-    return os.path.join(sandbox_dir, "checkpoint")
-
-
 def global_flags(binary: RunscBinary, sandbox_dir: str) -> list[str]:
     return [binary.path, "--root", runsc_root(sandbox_dir), "--platform", PLATFORM, "--network", "none",
             "--ignore-cgroups"]

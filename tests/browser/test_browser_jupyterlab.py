@@ -342,8 +342,9 @@ def test_jupyterlab_notebook_with_the_sandbox_kernel(sandbox_server: support.Ser
         assert "was deleted" in r.json()["error"]["message"], f"{sandbox_id}: {r.text}"
 
 
-def run_the_notebook(page: t.Any, lab: Lab, api: httpx.Client, seen: dict[str, dict], expect: t.Any) -> None:
-    # 1. The launcher offers the sandbox kernel; its tile opens a notebook on it.
+def open_from_launcher(page: t.Any, lab: Lab, expect: t.Any, screenshot: str | None = None) -> Notebook:
+    """The launcher offers the sandbox kernel; its tile opens a notebook on it, whose kernel
+    is then idle."""
     page.goto(lab.url, wait_until="domcontentloaded")
     launcher = page.locator(".jp-Launcher").first
     launcher.wait_for(state="visible", timeout=120_000)
@@ -352,13 +353,20 @@ def run_the_notebook(page: t.Any, lab: Lab, api: httpx.Client, seen: dict[str, d
     )
     expect(tile).to_have_count(1)
     tile.scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / "01-launcher.png"))
+    if screenshot:
+        page.screenshot(path=str(ARTIFACTS / screenshot))
     tile.click()
 
     nb = Notebook(page)
     nb.panel.wait_for(state="visible", timeout=60_000)
     expect(nb.panel.locator(".jp-Toolbar-kernelName").first).to_have_text(KERNEL_DISPLAY_NAME, timeout=60_000)
     nb.wait_status("idle", KERNEL_START_MS)
+    return nb
+
+
+def run_the_notebook(page: t.Any, lab: Lab, api: httpx.Client, seen: dict[str, dict], expect: t.Any) -> None:
+    # 1. The launcher offers the sandbox kernel; its tile opens a notebook on it.
+    nb = open_from_launcher(page, lab, expect, screenshot="01-launcher.png")
     expect(page.locator(".jp-StatusBar-Widget, #jp-main-statusbar").filter(has_text=KERNEL_DISPLAY_NAME).first
            ).to_be_visible()
     nb.shot("02-notebook-idle.png")

@@ -14,10 +14,8 @@ import typing as t
 
 import pytest
 
-import re
-
 import support
-from test_browser_jupyterlab import ARTIFACTS, KERNEL_DISPLAY_NAME, KERNEL_START_MS, Lab, Notebook, lab_page
+from test_browser_jupyterlab import lab_page, open_from_launcher
 from test_browser_jupyterlab import pytestmark as browser_pytestmark
 
 
@@ -34,28 +32,6 @@ pytestmark = [
     *browser_pytestmark,  # slow, timeout, skip without a browser
     pytest.mark.skipif(WIDGETS_MISSING is not None, reason=f"widget manager missing: {WIDGETS_MISSING}"),
 ]
-
-def open_from_launcher(page: t.Any, lab: Lab, expect: t.Any, screenshot: str | None = None) -> Notebook:
-    """The launcher offers the sandbox kernel; its tile opens a notebook on it, whose kernel
-    is then idle."""
-    page.goto(lab.url, wait_until="domcontentloaded")
-    launcher = page.locator(".jp-Launcher").first
-    launcher.wait_for(state="visible", timeout=120_000)
-    tile = launcher.locator('.jp-LauncherCard[data-category="Notebook"]').filter(
-        has=page.locator(".jp-LauncherCard-label", has_text=re.compile(r"^\s*Python \(sandbox\)\s*$"))
-    )
-    expect(tile).to_have_count(1)
-    tile.scroll_into_view_if_needed()
-    if screenshot:
-        page.screenshot(path=str(ARTIFACTS / screenshot))
-    tile.click()
-
-    nb = Notebook(page)
-    nb.panel.wait_for(state="visible", timeout=60_000)
-    expect(nb.panel.locator(".jp-Toolbar-kernelName").first).to_have_text(KERNEL_DISPLAY_NAME, timeout=60_000)
-    nb.wait_status("idle", KERNEL_START_MS)
-    return nb
-
 
 INTERACT_CELL = """import ipywidgets as w
 @w.interact(x=(0, 20))
