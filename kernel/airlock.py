@@ -107,19 +107,15 @@ def open_for_read(root: pathlib.Path, parts: t.Sequence[str], what: str) -> t.Bi
         raise AirlockError("IsADirectoryError", f"{what}: {root} is a folder, not a file")
     dir_fd = open_dir(root, parts[:-1], what)
     try:
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    except FileNotFoundError:
-        raise AirlockError("FileNotFoundError", f"{what}: no file {_shown(parts)!r} in {root}") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise AirlockError("PermissionError", f"{what}: {_shown(parts)!r} is a symlink; links are never followed") from None
-        raise
+        fd, _ = nofollow.open_regular(dir_fd, parts[-1])
+    except nofollow.FileRefused as refused:
+        raise AirlockError(*{
+            "missing": ("FileNotFoundError", f"{what}: no file {_shown(parts)!r} in {root}"),
+            "symlink": ("PermissionError", f"{what}: {_shown(parts)!r} is a symlink; links are never followed"),
+            "not_regular": ("PermissionError", f"{what}: {_shown(parts)!r} is not a regular file"),
+        }[refused.why]) from None
     finally:
         os.close(dir_fd)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise AirlockError("PermissionError", f"{what}: {_shown(parts)!r} is not a regular file")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 

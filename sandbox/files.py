@@ -184,19 +184,15 @@ class Workspace:
         parts = check_path(path)
         dir_fd = _open_dir(self.root, parts[:-1], create=False, owner=None)
         try:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-        except FileNotFoundError:
-            raise ApiError(404, "not_found", f"no file {path!r} in the workspace") from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise ApiError(400, "invalid_path", f"{path!r} is a symlink; links are never followed") from None
-            raise
+            fd, st = nofollow.open_regular(dir_fd, parts[-1])
+        except nofollow.FileRefused as refused:
+            raise {
+                "missing": ApiError(404, "not_found", f"no file {path!r} in the workspace"),
+                "symlink": ApiError(400, "invalid_path", f"{path!r} is a symlink; links are never followed"),
+                "not_regular": ApiError(400, "invalid_path", f"{path!r} is not a regular file"),
+            }[refused.why] from None
         finally:
             os.close(dir_fd)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise ApiError(400, "invalid_path", f"{path!r} is not a regular file")
         return fd, st.st_size
 
     async def read_chunks(self, fd: int):

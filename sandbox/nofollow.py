@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import typing as t
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -61,3 +62,31 @@ def open_dir(
     except BaseException:
         os.close(fd)
         raise
+
+
+class FileRefused(Exception):
+    """The last component could not be opened as a regular file: `why` is "missing",
+    "symlink" or "not_regular"."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def open_regular(dir_fd: int, name: Name) -> tuple[int, os.stat_result]:
+    """An fd (non-blocking until the caller says otherwise, so a FIFO cannot hang the open)
+    and the stat of the regular file `name` in `dir_fd`, never through a link.
+    Raises FileRefused."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise FileRefused("missing") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileRefused("symlink") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise FileRefused("not_regular")
+    return fd, st
