@@ -10,7 +10,10 @@ in the same run, alternately:
 - pause/resume per 100 MB of interpreter state: a gvisor sandbox holding N MB of bytes
   random (incompressible) bytes objects is paused (`POST .../pause`: runsc checkpoint, the process ends) and resumed
   (`POST .../resume`: a new supervisor, runsc restore, a ping); the time of each, the
-  checkpoint's size, and the sandbox cgroup's memory before the pause and after the resume.
+  checkpoint's size, and the sandbox cgroup's memory before the pause and after the resume;
+- fork per 100 MB: the same running sandbox forked (`POST .../fork`: its checkpoint, the
+  workspace copied, then the source and the fork restored side by side), until the fork
+  answers; the fork's state is checked.
 
 Nothing is asserted; the numbers go to stdout as a table and to bench/results/gvisor.json.
 """
@@ -69,6 +72,11 @@ def run(state_dir: str, reps: int, sizes: list[int]) -> dict:
                 after = c.get(f"/v1/sandboxes/{sid}").json().get("memory_bytes")
                 check = execute(c, sid, "sum(len(b) for b in blobs) >> 20")
                 intact = any(e.get("type") == "execute_result" and e["data"]["text/plain"] == str(mb) for e in check)
+                fork_s, forked = timed(lambda: c.post(f"/v1/sandboxes/{sid}/fork", json={}).json())
+                fork_check = execute(c, forked["id"], "sum(len(b) for b in blobs) >> 20")
+                fork_intact = any(e.get("type") == "execute_result" and e["data"]["text/plain"] == str(mb)
+                                  for e in fork_check)
+                delete(c, forked["id"])
                 cp = paused.get("checkpoint") or {}
                 out["pause"].append({
                     "state_mb": mb, "pause_s": round(pause_s, 2), "resume_s": round(resume_s, 2),
@@ -76,6 +84,8 @@ def run(state_dir: str, reps: int, sizes: list[int]) -> dict:
                     "checkpoint_mb": round(cp.get("size_bytes", 0) / 1e6, 1), "checkpoint_s": cp.get("seconds"),
                     "memory_before_mb": round((before or 0) / 1e6, 1), "memory_after_resume_mb": round((after or 0) / 1e6, 1),
                     "state_intact": intact, "resumed_state": resumed.get("state"),
+                    "fork_s": round(fork_s, 2), "fork_s_per_100mb": round(fork_s * 100 / mb, 2),
+                    "fork_intact": fork_intact,
                 })
                 delete(c, sid)
     finally:
@@ -100,7 +110,7 @@ def main() -> None:
     ]))
     print()
     keys = ["state_mb", "pause_s", "resume_s", "pause_s_per_100mb", "resume_s_per_100mb", "checkpoint_mb",
-            "memory_before_mb", "memory_after_resume_mb", "state_intact"]
+            "memory_before_mb", "memory_after_resume_mb", "state_intact", "fork_s_per_100mb", "fork_intact"]
     print(markdown_table(keys, [[str(row[k]) for k in keys] for row in result["pause"]]))
 
 

@@ -212,6 +212,12 @@ async def resume(request: Request):
     return JSONResponse(manager.describe(handle))
 
 
+async def fork(request: Request):
+    manager, handle = manager_of(request), visible(request)
+    data = await body(request, schemas.FORK)
+    return JSONResponse(await manager.fork(handle, data, owner=caller_of(request).tenant), status_code=201)
+
+
 async def interrupt(request: Request):
     reply = await manager_of(request).call(await live(request), {"op": "interrupt"})
     return JSONResponse({"interrupted": reply.get("interrupted", False)})
@@ -407,6 +413,13 @@ ENDPOINTS = (
         "Restore a paused sandbox now (any other call does it too); 409 version_mismatch when its checkpoint "
         "was taken under another runsc or image", params=[SANDBOX_ID], errors=(401, 404, 409, 410, 503),
         ok_schema=SANDBOX_REF)),
+    Endpoint("POST", SID + "/fork", fork, op(
+        "Fork a gvisor sandbox: restore its checkpoint as a second, independent sandbox (a new id, a copy of "
+        "its workspace, its limits; its TTL unless the body names one). A running source is paused for the "
+        "checkpoint and restored beside the fork; a paused one stays paused. Counts against the server's "
+        "limits like a create. 409 with a reason: not_supported (a bwrap sandbox), busy, not_running, "
+        "checkpoint_failed, version_mismatch; 409 capacity_exceeded past the server's totals", ok="201", params=[SANDBOX_ID],
+        body=json_body(schemas.FORK), errors=(400, 401, 404, 409, 410, 413, 422, 503), ok_schema=SANDBOX_REF)),
     Endpoint("POST", SID + "/execute", execute, op(
         "Run code; events stream as NDJSON", params=[SANDBOX_ID], body=json_body(schemas.EXECUTE), content=NDJSON,
         errors=ON_SANDBOX, ok_schema={"$ref": "#/components/schemas/ExecuteEvent"})),

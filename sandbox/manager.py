@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from . import capacity, checkpoints, statefile, testonly
+from . import capacity, checkpoints, forking, statefile, testonly
 from .config import ServiceConfig
 from .egress.policy import EgressPolicy
 from .egress.service import EgressService, own_addresses
@@ -555,11 +555,7 @@ class SandboxManager:
     async def create(self, request: dict, owner: int | None = None, caller=None) -> dict:
         """``owner``: the tenant's uid on a shared server; ``caller``: the peer (pid) to end
         the sandbox with when the request asks for ``end_with_caller``."""
-        if self.shutting_down.is_set():
-            raise ApiError(503, "unavailable", "the server is shutting down")
-        if self.draining:
-            raise ApiError(503, "unavailable", f"the node {self.config.node_id or 'server'} is draining: "
-                           "it takes no new sandboxes", extra={"reason": V.NODE_DRAINING})
+        self._taking_new()
         image = request.get("image") or self.config.default_image
         if self.images.get(image) is None:
             raise ApiError(404, "not_found", f"no image named {image!r}; build it with: sandbox-kernel image build {image} --pip ...")
@@ -590,6 +586,14 @@ class SandboxManager:
             self.tenancy.watch(handle.id, link or Link(caller.pid, -1), self._caller_exited)
         self._refill_soon()
         return self.describe(handle)
+
+    def _taking_new(self) -> None:
+        """Refuse a new sandbox (a create or a fork) while the server stops or the node drains."""
+        if self.shutting_down.is_set():
+            raise ApiError(503, "unavailable", "the server is shutting down")
+        if self.draining:
+            raise ApiError(503, "unavailable", f"the node {self.config.node_id or 'server'} is draining: "
+                           "it takes no new sandboxes", extra={"reason": V.NODE_DRAINING})
 
     def _backend(self, request: dict) -> str:
         """The isolation a create asks for (else the server's default), checked before anything starts."""
@@ -755,6 +759,69 @@ class SandboxManager:
         return (f"[sandbox: restored from its checkpoint of {size / 1e6:.1f} MB taken at {checkpoint.get('taken_at')}, "
                 f"in {handle.record.get('restored_in_seconds')} s; variables kept]\n")
 
+    async def fork(self, source: Handle, request: dict, owner: int | None = None) -> dict:
+        """A second, independent sandbox restored from the source's checkpoint (see forking.py).
+
+        A running source is paused first (the same checks as any pause: never mid-cell, never
+        ``--leave-running``), then restored beside its fork; a paused one stays paused. The
+        fork counts against the server's limits like a create: the source's limits, its own
+        TTL and lifetime (the source's unless the request names them)."""
+        spec = statefile.read_json(os.path.join(source.dir, "spec.json")) or {}
+        if spec.get("isolation_backend") != V.GVISOR:
+            raise ApiError(409, "conflict", "fork needs isolation 'gvisor': only a gVisor sandbox has a checkpoint "
+                           "to restore twice (a bwrap sandbox's process lives on the host kernel, which cannot save "
+                           "it); create the sandbox with isolation \"gvisor\"", extra={"reason": V.PAUSE_NOT_SUPPORTED})
+        self._taking_new()
+        limits = dict(source.record.get("limits") or spec["limits"])
+        ttl = int(request.get("ttl_seconds") or source.record.get("ttl_seconds") or spec["ttl_seconds"])
+        max_life = int(request.get("max_lifetime_seconds") or spec["max_lifetime_seconds"])
+        capacity.check(self.config, self.host(), limits, ttl, max_life, self.usage())
+        ttl = min(ttl, max_life)
+        self.reserved.append(limits)
+        was_running = source.record.get("state") != V.PAUSED
+        try:
+            try:
+                fork = await self._lay_out_fork(source, was_running, request, ttl, max_life, owner)
+            except ApiError:
+                if was_running and source.record.get("state") == V.PAUSED:  # paused by us: back as it was
+                    await asyncio.gather(self.wake(source), return_exceptions=True)
+                raise
+            woken = await asyncio.gather(self.wake(fork), *([self.wake(source)] if was_running else []),
+                                         return_exceptions=True)
+        finally:
+            self.reserved.remove(limits)
+        if was_running and isinstance(woken[-1], BaseException):  # it stays paused; its next call tries again
+            log.warning("sandbox %s stays paused after its fork: %s", source.id, woken[-1])
+        if isinstance(woken[0], BaseException):
+            await self._end_paused(fork, V.DELETED, "its fork could not be restored")
+            self.ended.pop(fork.id, None)
+            self.tenancy.forget(fork.id)
+            shutil.rmtree(fork.dir, ignore_errors=True)
+            raise woken[0]
+        return self.describe(fork)
+
+    async def _lay_out_fork(self, source: Handle, was_running: bool, request: dict, ttl: int, max_life: int,
+                            owner: int | None) -> Handle:
+        """Pause the source if it runs and lay out its fork as a paused sandbox, holding the
+        source's restore lock: nothing may restore (and write to) the source meanwhile."""
+        async with self.waking.setdefault(source.id, asyncio.Lock()):
+            if was_running:
+                await self.pause(source)  # 409 with the reason when it may not pause now
+            if source.record.get("state") != V.PAUSED or self._supervisor_alive(source):
+                raise ApiError(503, "unavailable", f"sandbox {source.id} did not come to rest after its checkpoint")
+            fork_id = new_sandbox_id(self.config.node_id)
+            d = self.state_dir.sandbox(fork_id)
+            try:
+                _, record = await asyncio.to_thread(forking.lay_out, source.dir, d, fork_id, ttl=ttl,
+                                                    max_life=max_life, metadata=request.get("metadata"))
+            except (OSError, RuntimeError) as exc:
+                shutil.rmtree(d, ignore_errors=True)
+                raise ApiError(503, "unavailable", f"the fork could not be laid out: {exc}") from None
+        fork = Handle(fork_id, d, source.image, source.uid, record=record)
+        self.live[fork_id] = fork
+        self.tenancy.record(fork_id, d, owner, None)
+        return fork
+
     async def _end_paused(self, handle: Handle, state: str, message: str) -> None:
         """End a paused sandbox: nothing runs, so its record, checkpoint and workspace go."""
         record = handle.saved_record()
@@ -785,6 +852,8 @@ class SandboxManager:
             "dead_reason": record.get("dead_reason"),
             "metadata": record.get("metadata", {}),
         }
+        if record.get("forked_from"):
+            out["forked_from"] = record["forked_from"]
         if "memory_bytes" in record:
             out["memory_bytes"] = record["memory_bytes"]
         egress = self.egress.describe(handle.id)

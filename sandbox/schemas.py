@@ -119,6 +119,8 @@ CREATE = {
                      "'delete' (the default) or 'pause' (gvisor only: checkpoint to disk, restored on the next call; "
                      "the maximum lifetime still applies)."),
 }
+#: A fork takes the source's image, limits and isolation; its own life and labels may differ.
+FORK = {k: CREATE[k] for k in ("ttl_seconds", "max_lifetime_seconds", "metadata")}
 SECRET = {
     "value": Field(str, required=True, max_length=16 * 1024, description="The secret; never returned, logged or "
                    "given to a sandbox."),

@@ -455,6 +455,26 @@ class AsyncSandbox:
         self._info = SandboxInfo.from_dict(await self._transport.request("POST", f"/v1/sandboxes/{self.id}/resume"))
         return self._info
 
+    async def fork(
+        self,
+        *,
+        ttl_seconds: int | None = None,
+        max_lifetime_seconds: int | None = None,
+        metadata: dict[str, t.Any] | None = None,
+    ) -> AsyncSandbox:
+        """A second, independent sandbox with this one's variables and a copy of its
+        workspace (gvisor only: its checkpoint restored twice). This sandbox is paused for
+        the checkpoint and restored as it was; the fork has its limits and, unless given
+        here, its TTL and lifetime. Close or delete the fork on its own."""
+        body = await self._transport.request(
+            "POST",
+            f"/v1/sandboxes/{self.id}/fork",
+            json=drop_none(ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds, metadata=metadata),
+            timeout=create_timeout(self._transport.timeout),
+        )
+        info = SandboxInfo.from_dict(body)
+        return type(self)(info.id, timeout=self._transport.timeout, info=info, config=self.config)
+
     async def send_comm(
         self,
         msg_type: str,

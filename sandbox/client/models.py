@@ -61,6 +61,7 @@ class SandboxInfo:
     from_pool: bool | None = None
     dead_reason: str | None = None
     metadata: dict[str, t.Any] = field(default_factory=dict)
+    forked_from: str | None = None  # the sandbox this one was forked from (gvisor)
     raw: dict[str, t.Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -80,6 +81,7 @@ class SandboxInfo:
             from_pool=data.get("from_pool"),
             dead_reason=data.get("dead_reason"),
             metadata=dict(data.get("metadata") or {}),
+            forked_from=data.get("forked_from"),
             raw=dict(data),
         )
 

@@ -238,6 +238,7 @@ ON_IDLE = (ON_IDLE_DELETE, ON_IDLE_PAUSE)
 #: Why a pause was refused (``reason`` of the 409): the sandbox is not a gVisor one, it is
 #: busy (a cell or command running: a checkpoint mid-call could not be answered), it is not
 #: running, or the checkpoint itself failed (the sandbox keeps running if it still can).
+#: A fork (a checkpoint restored as a second sandbox) is refused with the same reasons.
 PAUSE_NOT_SUPPORTED = "not_supported"
 PAUSE_BUSY = "busy"
 PAUSE_NOT_RUNNING = "not_running"

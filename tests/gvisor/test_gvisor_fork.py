@@ -1,0 +1,112 @@
+"""Forks of gVisor sandboxes: one checkpoint restored as a second, independent sandbox.
+
+The state a fork must carry is what only the live interpreter holds (a variable, a
+generator half consumed: its frame exists nowhere but in memory) and what the workspace
+holds (a file). After the fork the two must diverge: a change in one is not seen by the
+other, in memory or on disk.
+"""
+
+from __future__ import annotations
+
+import json
+
+import support
+from sandbox.client import Sandbox
+
+SETUP = """
+x = 41
+g = (i * i for i in range(10))
+first = [next(g), next(g)]
+open("kept.txt", "w").write("written before the fork")
+"""
+LOOK = "import json; print(json.dumps({'x': x, 'next': next(g), 'file': open('kept.txt').read()}))"
+BEFORE = "written before the fork"
+
+
+def look(client, sandbox_id: str) -> dict:
+    return json.loads(support.stream_text(support.ok(support.execute(client, sandbox_id, LOOK))))
+
+
+def fork(client, sandbox_id: str, **fields) -> dict:
+    r = client.post(f"/v1/sandboxes/{sandbox_id}/fork", json=fields)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_a_fork_carries_the_state_and_then_goes_its_own_way(api, new_sandbox, sandbox_server):
+    source = new_sandbox(isolation="gvisor")
+    sid = source["id"]
+    support.ok(support.execute(api, sid, SETUP))
+
+    made = fork(api, sid, ttl_seconds=900, metadata={"attempt": "b"})
+    fid = made["id"]
+    try:
+        assert fid != sid and made["forked_from"] == sid and made["state"] == "running", made
+        assert made["ttl_seconds"] == 900 and made["metadata"] == {"attempt": "b"}, made
+        assert made["limits"] == source["limits"] and made["isolation"]["backend"] == "gvisor", made
+        assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"  # the source runs on, as it did
+
+        # Both hold the variable, the generator where it was, and the file.
+        assert look(api, sid) == {"x": 41, "next": 4, "file": BEFORE}
+        assert look(api, fid) == {"x": 41, "next": 4, "file": BEFORE}
+
+        # They diverge: the fork's changes stay in the fork, the source's in the source.
+        support.ok(support.execute(api, fid, "x = 100; open('kept.txt', 'w').write('changed in the fork')"))
+        assert look(api, sid) == {"x": 41, "next": 9, "file": BEFORE}
+        assert look(api, fid) == {"x": 100, "next": 9, "file": "changed in the fork"}
+        support.ok(support.execute(api, sid, "x = 7; open('only-in-source.txt', 'w').write('s')"))
+        assert look(api, fid)["x"] == 100
+        assert api.get(f"/v1/sandboxes/{fid}/files/only-in-source.txt").status_code == 404
+        assert api.get(f"/v1/sandboxes/{sid}/files/only-in-source.txt").status_code == 200
+
+        # A paused source stays paused; its fork (here through the client) starts from the checkpoint.
+        r = api.post(f"/v1/sandboxes/{sid}/pause")
+        assert r.status_code == 200 and r.json()["state"] == "paused", r.text
+        paused_source = Sandbox(sid, url=sandbox_server.url, token=sandbox_server.token)
+        forked = paused_source.fork(metadata={"attempt": "c"})
+        second = forked.id
+        paused_source.close()
+        forked.close()
+        assert forked.info.forked_from == sid and forked.info.metadata == {"attempt": "c"}, forked.info
+        try:
+            assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "paused"
+            assert look(api, second) == {"x": 7, "next": 16, "file": BEFORE}
+        finally:
+            api.delete(f"/v1/sandboxes/{second}")
+        assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "paused"
+        assert look(api, sid) == {"x": 7, "next": 16, "file": BEFORE}  # still its own, restored on call
+    finally:
+        api.delete(f"/v1/sandboxes/{fid}")
+
+
+def test_a_bwrap_sandbox_cannot_fork_and_says_why(api, new_sandbox):
+    sid = new_sandbox(isolation="bwrap")["id"]
+    support.ok(support.execute(api, sid, "x = 1"))
+    before = {s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]}
+    r = api.post(f"/v1/sandboxes/{sid}/fork", json={})
+    assert r.status_code == 409, r.text
+    err = r.json()["error"]
+    assert err["reason"] == "not_supported" and "fork needs isolation 'gvisor'" in err["message"], err
+    assert {s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]} == before  # nothing was made
+    assert support.result_text(support.ok(support.execute(api, sid, "x + 1"))) == "2"  # untouched
+
+
+def test_a_fork_counts_against_the_totals_and_survives_a_server_restart(spawn_server):
+    server = spawn_server("--set", "max_sandboxes=2")
+    with server.client(timeout=180) as c:
+        sid = support.create(c, isolation="gvisor")["id"]
+        support.ok(support.execute(c, sid, SETUP))
+        fid = fork(c, sid)["id"]
+        r = c.post(f"/v1/sandboxes/{sid}/fork", json={})  # a third sandbox does not fit
+        assert r.status_code == 409 and r.json()["error"]["code"] == "capacity_exceeded", r.text
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"  # refused before any pause
+        r = c.post(f"/v1/sandboxes/{fid}/pause")
+        assert r.status_code == 200, r.text
+
+    server.kill9()  # the running source is re-attached, the paused fork adopted as paused
+    server.start()
+    with server.client(timeout=180) as c:
+        got = c.get(f"/v1/sandboxes/{fid}").json()
+        assert got["state"] == "paused" and got["forked_from"] == sid, got
+        assert look(c, fid) == {"x": 41, "next": 4, "file": BEFORE}
+        assert look(c, sid) == {"x": 41, "next": 4, "file": BEFORE}
