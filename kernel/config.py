@@ -90,6 +90,14 @@ class SandboxSettings(Configurable):
         config=True
     )
 
+    isolation = Unicode(
+        None,
+        allow_none=True,
+        help="Isolation tier of the kernel's sandbox (env SANDBOX_KERNEL_ISOLATION): 'bwrap' or 'gvisor' "
+        "(a kernel of its own between the code and the host's; can pause and fork). Unset: the server's "
+        "default. The 'Python (sandbox, gVisor)' kernelspec sets it on the kernel's command line.",
+    ).tag(config=True)
+
     egress = Dict(
         None,
         allow_none=True,
@@ -191,6 +199,10 @@ class SandboxSettings(Configurable):
     def _disk_default(self) -> int | None:
         return env_value("SANDBOX_KERNEL_DISK_MB", int)
 
+    @default("isolation")
+    def _isolation_default(self) -> str | None:
+        return env_value("SANDBOX_KERNEL_ISOLATION", str)
+
     @default("egress")
     def _egress_default(self) -> dict | None:
         value = env_value("SANDBOX_KERNEL_EGRESS", json.loads)
@@ -225,4 +237,5 @@ class SandboxSettings(Configurable):
             "pids": self.pids,
             "disk_mb": self.disk_mb,
             "egress": self.egress,
+            "isolation": self.isolation,
         }

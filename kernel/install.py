@@ -1,10 +1,15 @@
-"""Installing the kernelspec, so that Jupyter lists "Python (sandbox)".
+"""Installing the kernelspecs, so that Jupyter lists "Python (sandbox)" and "Python (sandbox, gVisor)".
 
     python -m kernel.install [--user | --sys-prefix | --prefix DIR] [--image NAME]
 
-One kernelspec per image: `sandbox` runs the default image; `sandbox-NAME`,
-"Python (sandbox: NAME)", runs image NAME (the spec sets SANDBOX_KERNEL_IMAGE), so that
-choosing an image is choosing a kernel in the notebook's menu.
+One kernelspec per image and isolation tier, so that choosing either is choosing a kernel
+in the notebook's menu. `sandbox` runs the default image on the server's default
+isolation; `sandbox-NAME`, "Python (sandbox: NAME)", runs image NAME (the spec sets
+SANDBOX_KERNEL_IMAGE); `sandbox-gvisor`, "Python (sandbox, gVisor)", creates its sandbox
+with isolation gvisor (the spec's argv sets `--SandboxKernel.isolation=gvisor`: the same
+kernel, configured). `TIERS` is the one list of tiers: the install commands install one
+kernelspec per entry, and the copies pip ships (kernelspec/, kernelspec/gvisor/) are
+checked against it by a unit test.
 
 The spec's argv starts with the absolute path of the Python doing the install: Jupyter
 may run in another environment, whose `python` does not have this package.
@@ -25,19 +30,31 @@ RESOURCES = pathlib.Path(__file__).parent / "resources"
 KERNEL_NAME = "sandbox"
 DISPLAY_NAME = "Python (sandbox)"
 _IMAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: The isolation tiers with a kernelspec of their own: the kernel's `isolation` setting
+#: (None: the server's default) -> what the display name adds.
+TIERS: dict[str | None, str] = {None: "", "gvisor": "gVisor"}
 
 
-def kernel_spec(image: str | None = None, python: str | None = None) -> tuple[str, dict[str, t.Any]]:
-    """The kernelspec name and kernel.json content for `image` (None: the default)."""
+def kernel_spec(image: str | None = None, python: str | None = None,
+                isolation: str | None = None) -> tuple[str, dict[str, t.Any]]:
+    """The kernelspec name and kernel.json content for `image` (None: the default) on the
+    isolation tier `isolation` (a key of TIERS)."""
+    if isolation not in TIERS:
+        raise ValueError(f"no kernelspec tier {isolation!r} (known: {', '.join(k for k in TIERS if k)})")
     spec = json.loads((RESOURCES / "kernel.json").read_text())
     spec["argv"][0] = python or sys.executable
-    name = KERNEL_NAME
+    name, label = KERNEL_NAME, ""
     if image and image != "default":
         if not _IMAGE_NAME.match(image):
             raise ValueError(f"invalid image name {image!r}: use letters, digits, '.', '_' and '-'")
         name = f"{KERNEL_NAME}-{image.lower()}"
-        spec["display_name"] = f"{DISPLAY_NAME[:-1]}: {image})"
+        label = f": {image}"
         spec.setdefault("env", {})["SANDBOX_KERNEL_IMAGE"] = image
+    if isolation:
+        name = f"{name}-{isolation}"
+        label += f", {TIERS[isolation]}"
+        spec["argv"].append(f"--SandboxKernel.isolation={isolation}")
+    spec["display_name"] = f"{DISPLAY_NAME[:-1]}{label})"
     return name, spec
 
 
@@ -46,15 +63,16 @@ def install_kernelspec(
     sys_prefix: bool = False,
     prefix: str | None = None,
     image: str | None = None,
+    isolation: str | None = None,
 ) -> str:
-    """Install the kernelspec and return the directory it went to.
+    """Install the kernelspec of `image` on tier `isolation` and return the directory it went to.
 
     `sys_prefix` installs into this environment (`sys.prefix`), `prefix` into another
     prefix; either one overrides `user`.
     """
     from jupyter_client.kernelspec import KernelSpecManager
 
-    name, spec = kernel_spec(image)
+    name, spec = kernel_spec(image, isolation=isolation)
     if sys_prefix:
         prefix = sys.prefix
     if prefix is not None:
@@ -68,9 +86,21 @@ def install_kernelspec(
         return KernelSpecManager().install_kernel_spec(str(source), name, user=user, prefix=prefix)
 
 
+def install_kernelspecs(user: bool = True, sys_prefix: bool = False, prefix: str | None = None,
+                        image: str | None = None, progress: t.Callable[[str], None] = print) -> list[str]:
+    """Install the kernelspec of `image` for every tier; the directories they went to."""
+    paths = []
+    for isolation in TIERS:
+        path = install_kernelspec(user=user, sys_prefix=sys_prefix, prefix=prefix, image=image, isolation=isolation)
+        name, spec = kernel_spec(image, isolation=isolation)
+        progress(f"installed kernelspec {name!r} ({spec['display_name']}) in {path}")
+        paths.append(path)
+    return paths
+
+
 def main(argv: t.Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="sandbox-kernel install", description="Install the Python (sandbox) kernelspec."
+        prog="sandbox-kernel install", description="Install the Python (sandbox) kernelspecs, one per isolation tier."
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user (the default)")
@@ -79,13 +109,11 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     parser.add_argument("--image", help="make a kernel for this sandbox image: sandbox-NAME")
     args = parser.parse_args(argv)
     try:
-        path = install_kernelspec(
+        install_kernelspecs(
             user=not (args.sys_prefix or args.prefix), sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image
         )
     except ValueError as exc:
         parser.error(str(exc))
-    name, spec = kernel_spec(args.image)
-    print(f"installed kernelspec {name!r} ({spec['display_name']}) in {path}")
     return 0
 
 

@@ -213,10 +213,9 @@ def cmd_drain(args) -> int:
 
 
 def cmd_install(args) -> int:
-    from kernel.install import install_kernelspec
+    from kernel.install import install_kernelspecs
 
-    path = install_kernelspec(user=args.user, sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image)
-    print(f"installed kernelspec in {path}")
+    install_kernelspecs(user=args.user, sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image)
     return 0
 
 
@@ -280,11 +279,13 @@ def cmd_mcp(args) -> int:
 
 
 def cmd_lab(args) -> int:
-    """Install the kernelspec into this environment and start JupyterLab with it."""
-    from kernel.install import install_kernelspec
+    """Install the kernelspecs into this environment and start JupyterLab with them."""
+    from kernel.install import TIERS, install_kernelspec, kernel_spec
 
-    if not os.path.exists(os.path.join(sys.prefix, "share", "jupyter", "kernels", "sandbox", "kernel.json")):
-        install_kernelspec(user=False, sys_prefix=True)  # pip normally ships it already
+    for isolation in TIERS:  # pip normally ships them already
+        name, _ = kernel_spec(isolation=isolation)
+        if not os.path.exists(os.path.join(sys.prefix, "share", "jupyter", "kernels", name, "kernel.json")):
+            install_kernelspec(user=False, sys_prefix=True, isolation=isolation)
     argv = [sys.executable, "-m", "jupyter", "lab", "--ip=127.0.0.1", f"--port={args.port}", "--no-browser"]
     if os.geteuid() == 0:
         argv.append("--allow-root")
@@ -367,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="remove the files even when no server can say whether a sandbox uses the image")
     rm.set_defaults(func=cmd_image_rm)
 
-    inst = sub.add_parser("install", help="install the Jupyter kernelspec")
+    inst = sub.add_parser("install", help="install the Jupyter kernelspecs (one per isolation tier)")
     where = inst.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true")
     where.add_argument("--sys-prefix", action="store_true")
@@ -403,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--ttl-seconds", type=int, help="idle TTL of the sandboxes it creates (default 1800)")
     mcp.set_defaults(func=cmd_mcp)
 
-    lab = sub.add_parser("lab", help="install the kernelspec and start JupyterLab")
+    lab = sub.add_parser("lab", help="install the kernelspecs and start JupyterLab")
     lab.add_argument("--port", type=int, default=8888)
     lab.add_argument("lab_args", nargs=argparse.REMAINDER)
     lab.set_defaults(func=cmd_lab)

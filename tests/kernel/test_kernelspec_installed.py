@@ -1,4 +1,5 @@
-"""`pip install` alone makes the kernel selectable: the kernelspec ships as data files."""
+"""`pip install` alone makes the kernels selectable: the kernelspecs (one per isolation tier)
+ship as data files."""
 
 from __future__ import annotations
 
@@ -24,3 +25,7 @@ def test_pip_installed_the_kernelspec_where_jupyter_finds_it(tmp_path):
     specs = json.loads(out.stdout)["kernelspecs"]
     assert "sandbox" in specs
     assert pathlib.Path(specs["sandbox"]["resource_dir"]).resolve() == installed.parent.resolve()
+    gvisor = json.loads((installed.parent.parent / "sandbox-gvisor" / "kernel.json").read_text())
+    assert gvisor["display_name"] == "Python (sandbox, gVisor)"
+    assert gvisor["argv"][-1] == "--SandboxKernel.isolation=gvisor"
+    assert "sandbox-gvisor" in specs

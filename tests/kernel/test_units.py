@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from kernel.install import install_kernelspec, kernel_spec
+from kernel.install import TIERS, install_kernelspec, kernel_spec
 from kernel.kernel import history_query, local_is_complete
 from kernel.failure import CellFailure
 from kernel.magics import (
@@ -206,6 +206,29 @@ def test_kernel_spec_default_and_per_image():
         kernel_spec("../evil")
 
 
+def test_kernel_spec_per_isolation_tier():
+    name, spec = kernel_spec(isolation="gvisor")
+    assert name == "sandbox-gvisor" and spec["display_name"] == "Python (sandbox, gVisor)"
+    assert spec["argv"][1:] == ["-m", "kernel", "-f", "{connection_file}", "--SandboxKernel.isolation=gvisor"]
+    name, spec = kernel_spec("tiny", isolation="gvisor")
+    assert name == "sandbox-tiny-gvisor" and spec["display_name"] == "Python (sandbox: tiny, gVisor)"
+    assert spec["env"] == {"SANDBOX_KERNEL_IMAGE": "tiny"}
+    with pytest.raises(ValueError):
+        kernel_spec(isolation="firecracker")
+
+
+def test_the_kernel_takes_its_isolation_from_the_kernelspec_argv():
+    """The argv a tier's kernelspec adds reaches the sandbox's create request."""
+    from traitlets.config import Config
+
+    from kernel.kernel import SandboxKernel
+
+    config = Config()
+    config.SandboxKernel.isolation = kernel_spec(isolation="gvisor")[1]["argv"][-1].split("=", 1)[1]
+    assert SandboxKernel.class_traits()["isolation"].metadata.get("config")
+    assert SandboxKernel(config=config).create_arguments()["isolation"] == "gvisor"
+
+
 def test_install_kernelspec_into_a_prefix(tmp_path: pathlib.Path):
     path = pathlib.Path(install_kernelspec(prefix=str(tmp_path), image="gpu"))
     assert path == tmp_path / "share" / "jupyter" / "kernels" / "sandbox-gpu"
@@ -219,6 +242,19 @@ def test_shipped_kernelspec_matches_the_source_copy():
     root = pathlib.Path(__file__).resolve().parents[2]
     for name in ("kernel.json", "logo-32x32.png", "logo-64x64.png"):
         assert (root / "kernelspec" / name).read_bytes() == (root / "kernel" / "resources" / name).read_bytes()
+
+
+@pytest.mark.parametrize("isolation", list(TIERS))
+def test_pip_ships_one_kernelspec_per_tier_as_the_install_command_writes_it(isolation):
+    root = pathlib.Path(__file__).resolve().parents[2]
+    shipped = root / "kernelspec" / (isolation or "")
+    assert json.loads((shipped / "kernel.json").read_text()) == kernel_spec(python="python", isolation=isolation)[1]
+    for logo in ("logo-32x32.png", "logo-64x64.png"):
+        assert (shipped / logo).read_bytes() == (root / "kernel" / "resources" / logo).read_bytes()
+    name = kernel_spec(isolation=isolation)[0]
+    pyproject = (root / "pyproject.toml").read_text()
+    assert f'"kernelspec/{isolation + "/" if isolation else ""}kernel.json" = "share/jupyter/kernels/{name}/kernel.json"' \
+        in pyproject
 
 
 def test_a_protocol_stop_is_named_even_without_an_error_event():
