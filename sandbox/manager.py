@@ -806,7 +806,11 @@ class SandboxManager:
         source's restore lock: nothing may restore (and write to) the source meanwhile."""
         async with self.waking.setdefault(source.id, asyncio.Lock()):
             if was_running:
-                await self.pause(source)  # 409 with the reason when it may not pause now
+                try:
+                    await self.pause(source)
+                except ApiError as exc:  # the pause's refusal (busy, not_running, ...), said as the fork's
+                    exc.message = f"the fork needs a checkpoint of sandbox {source.id}, and {exc.message}"
+                    raise
             if source.record.get("state") != V.PAUSED or self._supervisor_alive(source):
                 raise ApiError(503, "unavailable", f"sandbox {source.id} did not come to rest after its checkpoint")
             fork_id = new_sandbox_id(self.config.node_id)

@@ -9,6 +9,7 @@ other, in memory or on disk.
 from __future__ import annotations
 
 import json
+import threading
 
 import support
 from sandbox.client import Sandbox
@@ -89,6 +90,25 @@ def test_a_bwrap_sandbox_cannot_fork_and_says_why(api, new_sandbox):
     assert err["reason"] == "not_supported" and "fork needs isolation 'gvisor'" in err["message"], err
     assert {s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]} == before  # nothing was made
     assert support.result_text(support.ok(support.execute(api, sid, "x + 1"))) == "2"  # untouched
+
+
+def test_a_sandbox_running_a_cell_is_not_forked_and_runs_on(api, new_sandbox):
+    """The fork's checkpoint is a pause, with its refusals: never mid-cell."""
+    sid = new_sandbox(isolation="gvisor")["id"]
+    support.ok(support.execute(api, sid, "x = 1"))
+    before = {s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]}
+    cell = threading.Thread(target=support.execute, args=(api, sid, "import time; time.sleep(6); x = 2"))
+    cell.start()
+    try:
+        assert support.wait_for(lambda: api.get(f"/v1/sandboxes/{sid}").json()["executing"], 10)
+        r = api.post(f"/v1/sandboxes/{sid}/fork", json={})
+        assert r.status_code == 409, r.text
+        err = r.json()["error"]
+        assert err["reason"] == "busy" and "fork needs a checkpoint" in err["message"], err
+    finally:
+        cell.join()
+    assert {s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]} == before
+    assert support.result_text(support.ok(support.execute(api, sid, "x"))) == "2"  # the cell ran to its end
 
 
 def test_a_fork_counts_against_the_totals_and_survives_a_server_restart(spawn_server):
