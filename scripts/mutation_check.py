@@ -137,6 +137,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              'cell = CellRun(f"x{self.channel.next_id()}", self.channel.output_budget())',
              'cell = CellRun(f"x{self.channel.next_id()}", 1 << 62)',
              "tests/security/test_redteam_frames.py::test_supervisor_budget_cuts_frames_written_straight_to_the_channel"),
+    mutation("supervisor-flood-stop", "the supervisor's stop of a flood of frames past a cell's output budget",
+             "sandbox/supervisor/channel.py", "            if cell.past_budget > FLOOD_FRAMES:\n", "            if False:\n",
+             "tests/security/test_redteam_frames.py::"
+             "test_a_flood_of_tiny_frames_is_told_truncated_then_stopped_without_parsing_it"),
     mutation("runtime-output-cap", "the runtime's output cap per execute",
              "sandbox/runtime/capture.py", "return max(0, self.limit - self.used)", "return 1 << 62",
              LAYERS + "test_the_runtime_output_cap_alone_cuts_a_flood"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
+import time
 from typing import Awaitable, Callable
 
 from ..runtime import framecheck
@@ -25,9 +26,19 @@ from .execute import CellRun
 # runtime encodes the type first): a flood of tiny frames costs a prefix test each.
 DONE_PREFIX = b'{"type":"done"'
 # ... and its input_request, which the cell waits on (it would wait until its timeout).
+# Neither is output: the runtime charges neither to the budget, nor does the supervisor.
 INPUT_PREFIX = b'{"type":"input_request"'
-# The runtime never sends more than an execute's budget between two executes; a sandbox
-# that sends this many times more on its channel is flooding it, and is stopped.
+# The runtime charges everything it sends during an execute to that execute's budget, by
+# the same count (framecheck.frame_cost), and the supervisor's budget has FRAME_SLACK more:
+# a cell's output goes past the supervisor's budget only when the cell wrote frames onto
+# the channel itself. A few such frames are dropped (the cell is truncated, and told at
+# once); this many more after the first one over the budget are a flood, and the sandbox is
+# stopped (`protocol`). Counted in frames, since it is per frame that the host pays: each
+# costs it a read of its header, so the sandbox ends within a few milliseconds of host work
+# after its output passed its budget, however small its frames.
+FLOOD_FRAMES = 1024
+# A sandbox that sends this many times an execute's budget on its channel, in frames of any
+# kind or execution, is flooding it too (the bound on frames that are not the cell's).
 FLOOD_FACTOR = 4
 
 
@@ -94,6 +105,10 @@ class RuntimeChannel:
             except (EOFError, OSError):
                 return
             if frame is None:
+                cell = self.cell
+                notice = cell.truncation_notice(self.spec["limits"]["output_bytes"]) if cell is not None else None
+                if notice is not None:
+                    await cell.events.put(notice)
                 continue
             kind = frame["type"]
             if kind == V.REPLY:
@@ -110,17 +125,21 @@ class RuntimeChannel:
                 continue
             cell = self.cell
             if cell is not None and frame.get("exec") == cell.id:
-                if kind == V.DONE:
-                    if cell.dropped:
-                        frame["truncated"] = True
-                    await cell.events.put(frame)
-                elif cell.admit(framecheck.frame_cost(len(payload))):
+                if kind == V.DONE and cell.dropped:
+                    frame["truncated"] = True
+                elif kind != V.DONE:
                     cell.cut = cell.cut or bool(frame.get("truncated"))
-                    await cell.events.put(frame)
+                await cell.events.put(frame)
             # Output of an execution that already ended (a background thread) is dropped.
 
     def _admit(self, payload: bytes) -> dict | None:
-        """The checked frame, or None for output dropped unread; raises on a violation."""
+        """The checked frame, or None for output dropped (unread, once past the cell's
+        budget); raises on a violation.
+
+        While a cell runs, every output frame is charged to its budget, whichever execution
+        it names (the runtime charges all it sends to the running execution): so a flood
+        that names another execution is dropped unread past the budget as well.
+        """
         cost = framecheck.frame_cost(len(payload))
         self.bytes_since_execute += cost
         limit = self.output_budget() * FLOOD_FACTOR
@@ -128,22 +147,43 @@ class RuntimeChannel:
             raise framecheck.Violation(f"it sent more than {limit} bytes of frames on its control channel "
                                        "during one execute, more than its runtime ever sends")
         cell = self.cell
-        if (cell is not None and cell.budget < cost and not self.commands
-                and not payload.startswith(DONE_PREFIX) and not payload.startswith(INPUT_PREFIX)):
-            cell.admit(cost)  # counted as dropped
+        if cell is not None and cell.over_budget_at is not None:
+            cell.past_budget += 1
+            if cell.past_budget > FLOOD_FRAMES:
+                raise framecheck.Violation(
+                    f"after its cell's output passed its budget it sent {FLOOD_FRAMES} more frames on its control "
+                    "channel, which its runtime never sends")
+        # Charged before it is read (past the budget it is dropped unread), but for what is
+        # not output; with commands running beside the cell every frame is parsed, to be routed.
+        precharged = cell is not None and not self.commands \
+            and not payload.startswith(DONE_PREFIX) and not payload.startswith(INPUT_PREFIX)
+        if precharged and not cell.admit(cost):
+            cell.skipped += 1
             return None
         frame = framecheck.load(payload)
-        if frame["type"] == V.REPLY:
+        if cell is not None:
+            cell.parsed += 1
+        kind = frame["type"]
+        if kind == V.REPLY:
             if frame.get("id") in self.pending:
                 self.bytes_since_execute -= cost  # an answer the host asked for is not a flood
-        elif frame["type"] in V.COMMAND_EVENTS and frame.get("exec") in self.commands:
+                if precharged:
+                    cell.budget += cost  # ... nor the cell's output
+        elif kind in V.COMMAND_EVENTS and frame.get("exec") in self.commands:
             self.bytes_since_execute -= cost  # a command's output has a budget of its own
-        elif frame["type"] not in V.EXECUTE_EVENTS and frame["type"] not in V.COMMAND_EVENTS:
-            raise framecheck.Violation(f"a {frame['type']} frame is not expected now")
+        elif kind not in V.EXECUTE_EVENTS and kind not in V.COMMAND_EVENTS:
+            raise framecheck.Violation(f"a {kind} frame is not expected now")
+        elif cell is not None and not precharged and kind not in (V.DONE, V.INPUT_REQUEST) and not cell.admit(cost):
+            cell.skipped += 1
+            return None
         return frame
 
     async def _protocol_violation(self, what: str) -> None:
         message = (f"the sandbox broke the protocol of its control channel: {what}; it was stopped "
                    "and its variables are gone")
         print(f"supervisor: {message}", file=sys.stderr, flush=True)
+        cell = self.cell
+        if cell is not None and cell.over_budget_at is not None:
+            print(f"supervisor: {cell.frame_counts()}; stopped {time.monotonic() - cell.over_budget_at:.6f} s "
+                  "after its output passed its budget", file=sys.stderr, flush=True)
         await self.stop(V.PROTOCOL, message)

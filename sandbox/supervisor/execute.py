@@ -9,6 +9,7 @@ sandbox (its variables are gone, and the caller is told so).
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 
 from ..runtime import vocabulary as V
@@ -46,15 +47,43 @@ class CellRun:
         self.dropped = 0       # frame bytes of output dropped past the budget
         self.cut = False       # the runtime sent an output it had trimmed
         self.waiting_input: float | None = None  # timeout left when it asked for input, while it waits
+        # What the supervisor did with the frames that arrived while the cell ran (logged at
+        # its end): parsed as JSON, or dropped unread from their header once past the budget.
+        self.parsed = 0
+        self.skipped = 0
+        self.past_budget = 0   # frames that arrived after the first one over the budget
+        self.over_budget_at: float | None = None  # monotonic time of the first frame over the budget
+        self.told = False      # the caller has heard that its output is being dropped
 
     def admit(self, cost: int) -> bool:
         """Charge an output frame; False (and counted) once the budget is spent."""
         if cost > self.budget:
             self.budget = 0
             self.dropped += cost
+            if self.over_budget_at is None:
+                self.over_budget_at = time.monotonic()
             return False
         self.budget -= cost
         return True
+
+    def truncation_notice(self, output_bytes: int) -> dict | None:
+        """The stderr event that tells the caller, the moment the cell's output first went
+        past its budget, that the rest is dropped (once; None when already told or not past).
+        It says ``truncated: true`` at once, rather than only in the cell's ``done``."""
+        if self.over_budget_at is None or self.told:
+            return None
+        self.told = True
+        event = V.stream_event(V.STDERR, f"\n[sandbox: this cell's output passed its limit of {output_bytes} bytes; "
+                                         "the rest of it is dropped]\n")
+        event["truncated"] = True
+        return event
+
+    def frame_counts(self) -> str:
+        """What the supervisor's log says of the cell's frames (the tests and benchmark 8 read it)."""
+        words = f"execute {self.id}: {self.parsed} frames parsed, {self.skipped} dropped unread past its output budget"
+        if self.over_budget_at is not None:
+            words += f", {self.past_budget} more frames after the first over it"
+        return words
 
 
 def merge_streams(first: dict, queue: asyncio.Queue) -> tuple[dict, dict | None]:
@@ -182,6 +211,8 @@ class ExecuteSession(Session):
             record["execution_count"] = done["execution_count"]
         record.touch()
         record.save_soon_if_running()
+        if cell.over_budget_at is not None and done.get("reason") != V.PROTOCOL:  # a stop logs its own
+            print(f"supervisor: {cell.frame_counts()}; the cell ended truncated", file=sys.stderr, flush=True)
         if cell.dropped:
             await self.send(V.stream_event(
                 V.STDERR, f"\n[sandbox: {cell.dropped} bytes of output over the limit of "

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import secrets
 import shutil
 import tempfile
@@ -325,3 +326,60 @@ def test_tiny_stream_frames_reach_the_caller_merged_in_order(guarded):
                     ("stream", "stdout")], runs
     assert len(streams) <= 15002 // 10, len(streams)
     outcome("15000 frames of 4 bytes", f"{len(streams)} stream events, order kept")
+
+
+# --------------------------------------------------------- a flood past the output budget
+
+TINY_FLOOD = '''
+one = frame({"type": "stream", "exec": runtime.current, "name": "stdout", "text": "z" * 4})
+block = one * ((1 << 20) // len(one))
+for _ in range(40):
+    write_all(block)
+print("after")
+'''
+TINY_FRAME_BYTES = len(json.dumps({"type": "stream", "exec": "x0", "name": "stdout", "text": "zzzz"}))
+
+
+def supervisor_frame_counts(server, sid: str) -> dict[str, int]:
+    """What the supervisor logged of a cell's frames past its budget (CellRun.frame_counts)."""
+    log = (pathlib.Path(server.state_dir) / "sandboxes" / sid / "supervisor.log").read_text(errors="replace")
+    found = re.search(r"(\d+) frames parsed, (\d+) dropped unread past its output budget, "
+                      r"(\d+) more frames after the first over it", log)
+    assert found, log[-2000:]
+    return dict(zip(("parsed", "skipped", "after"), map(int, found.groups())))
+
+
+def test_a_flood_of_tiny_frames_is_told_truncated_then_stopped_without_parsing_it(guarded):
+    """40 MiB of 64-byte stream frames written onto the channel (benchmark 8's flood): the
+    frames within the output budget are parsed and forwarded; the first one past it makes
+    the supervisor tell the caller at once (a stderr notice with `truncated: true`, before
+    anything else), and FLOOD_FRAMES frames later the sandbox is stopped (`protocol`),
+    every frame past the budget dropped from its header, never parsed. Was: 4x the budget
+    read, the frames past it counted, then stopped some 20 s and 4.5 supervisor CPU seconds
+    later."""
+    from sandbox.runtime import framecheck
+    from sandbox.supervisor.channel import FLOOD_FRAMES
+
+    sandbox = guarded.api.create()
+    limit = sandbox["limits"]["output_bytes"]
+    sid, events = forge(guarded, TINY_FLOOD, timeout=120, sandbox_id=sandbox["id"])
+    counts = supervisor_frame_counts(guarded, sid)
+    guarded.api.delete(sid)
+    assert_stopped_for_protocol(guarded, sid, events, f"{FLOOD_FRAMES} more frames")
+    notices = [i for i, e in enumerate(events) if e["type"] == "stream" and e.get("truncated")
+               and f"passed its limit of {limit} bytes" in e["text"]]
+    assert len(notices) == 1, notices
+    # Order: the output that fit, the notice, then only the stop (its error, the count of what
+    # was dropped, done): nothing of the flood after the notice, and never "after".
+    after = events[notices[0] + 1:]
+    assert [e["type"] for e in after] == ["error", "stream", "done"], after
+    assert "over the limit" in after[1]["text"] and "after" not in stream_text(events)
+    assert all(e["type"] == "stream" and e["name"] == "stdout" for e in events[:notices[0]])
+    # Host work past the budget: headers only. The frames parsed are those that fit the
+    # budget (and no more); the supervisor stopped at the FLOOD_FRAMES+1st after the first
+    # frame over it, which it dropped unread like every one after it.
+    in_budget = (limit + framecheck.FRAME_SLACK) // framecheck.frame_cost(TINY_FRAME_BYTES)
+    assert counts["parsed"] <= in_budget + 1, (counts, in_budget)
+    assert counts["after"] == FLOOD_FRAMES + 1 and counts["skipped"] == FLOOD_FRAMES + 1, counts
+    outcome("40 MiB of 64-byte frames", f"{counts['parsed']} frames parsed, {counts['skipped']} dropped unread, "
+            f"stopped {FLOOD_FRAMES} frames past the budget")
