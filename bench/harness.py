@@ -213,6 +213,7 @@ class RssSampler:
         self.interval = interval
         self.peak = 0
         self.samples = 0
+        self.cpu_seen: float | None = None  # its CPU seconds at the last sample (kept after it exits)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -222,10 +223,12 @@ class RssSampler:
             if rss is not None:
                 self.peak = max(self.peak, rss)
                 self.samples += 1
+                self.cpu_seen = process_cpu_seconds(self.pid) or self.cpu_seen
             self._stop.wait(self.interval)
 
     def __enter__(self) -> RssSampler:
         self.before = vm_rss(self.pid) or 0
+        self.cpu_before = process_cpu_seconds(self.pid) or 0.0
         self.peak = self.before
         self._thread.start()
         return self
@@ -234,6 +237,12 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         self.after = vm_rss(self.pid) or 0
+        self.cpu_seen = process_cpu_seconds(self.pid) or self.cpu_seen
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds it spent while sampled (up to its last sample, if it exited)."""
+        return None if self.cpu_seen is None else self.cpu_seen - self.cpu_before
 
     def report(self) -> dict[str, t.Any]:
         return {"before_mib": self.before / MiB, "peak_mib": self.peak / MiB, "after_mib": self.after / MiB,
@@ -467,6 +476,18 @@ def execute(client: httpx.Client, sandbox_id: str, code: str, **fields: t.Any) -
     r = client.post(f"/v1/sandboxes/{sandbox_id}/execute", json={"code": code, **fields})
     r.raise_for_status()
     return [json.loads(line) for line in r.text.splitlines() if line.strip()]
+
+
+def execute_timed(client: httpx.Client, sandbox_id: str, code: str, **fields: t.Any) -> list[tuple[float, dict[str, t.Any]]]:
+    """The execute's events, each with the seconds since the request when its line arrived."""
+    t0 = time.monotonic()
+    timed = []
+    with client.stream("POST", f"/v1/sandboxes/{sandbox_id}/execute", json={"code": code, **fields}) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if line.strip():
+                timed.append((time.monotonic() - t0, json.loads(line)))
+    return timed
 
 
 def done_of(events: list[dict[str, t.Any]]) -> dict[str, t.Any]:
