@@ -7,6 +7,13 @@ absolute paths (rpath, ``pyvenv.cfg``) keep working. A named custom image is a s
 layered on the default one through a ``.pth`` file, so it adds packages without copying
 numpy and pandas again.
 
+A sandbox sees each venv at a neutral path (``/opt/sandbox-images/NAME``), never at its host
+path in the state directory: the venv is built on the host, then the paths it baked in
+(``pyvenv.cfg``, scripts' shebangs, ``.pth`` files, the font cache's list) are rewritten to
+the sandbox's. Each tree (venv, interpreter copy) is also packed into a read-only ext4 image
+(``isolation/imagefs.py`` says why and how it is mounted); ``mounts`` in ``image.json`` lists
+them. ``format`` is the layout's version: an image of another format is built again.
+
 An image is complete when its ``image.json`` exists; a build writes it last and removes the
 directory on failure, so there is never a half-built image to select. Images are immutable:
 building the same recipe again reuses the image; another recipe under the same name is refused.
@@ -28,9 +35,12 @@ from contextlib import contextmanager
 from typing import Callable, Iterable
 
 from . import statefile
+from .isolation import disk, imagefs
 from .paths import StateDir, world_reachable
 
 DEFAULT_IMAGE = "default"
+IMAGE_FORMAT = 2  # 2: venvs at neutral sandbox paths, trees packed into ext4 images
+SANDBOX_IMAGES = "/opt/sandbox-images"  # where a sandbox sees each image's venv, by name
 # ipywidgets 8.1 speaks widget protocol 2, the one of JupyterLab's widget manager
 # (jupyterlab_widgets 3, the `lab` extra); tqdm for its notebook progress bars.
 DEFAULT_PACKAGES = ["ipython", "matplotlib-inline", "numpy", "pandas", "matplotlib", "ipywidgets>=8.1,<9", "tqdm"]
@@ -85,6 +95,11 @@ class ImageStore:
         return os.path.join(self.state.images, name)
 
     def get(self, name: str) -> dict | None:
+        """A built image of this format (one of another format counts as not built)."""
+        info = self._read(name)
+        return info if info is not None and info.get("format") == IMAGE_FORMAT else None
+
+    def _read(self, name: str) -> dict | None:
         if not NAME_RE.match(name or ""):
             return None
         return statefile.read_json(os.path.join(self.path(name), "image.json"))
@@ -134,6 +149,10 @@ class ImageStore:
                       "preload": list(preload if preload is not None else DEFAULT_PRELOAD)}
         recipe["hash"] = recipe_hash(recipe)
         with self._lock(name):
+            stale = self._read(name)
+            if stale is not None and stale.get("format") != IMAGE_FORMAT:
+                progress(f"image {name!r} was built in format {stale.get('format', 1)}, this version's is "
+                         f"{IMAGE_FORMAT}: building it again")
             existing = self.get(name)
             if existing is not None:
                 if existing.get("hash") == recipe["hash"]:
@@ -146,16 +165,17 @@ class ImageStore:
                 base = self.get(recipe["base"]) or self.ensure_default(progress)
             target = self.path(name)
             if os.path.exists(target):
-                shutil.rmtree(target)  # leftovers of a build that died
+                _discard(target)  # leftovers of a build that died, or an image of another format
             try:
                 info = self._build(target, recipe, base, progress)
             except BaseException:
-                shutil.rmtree(target, ignore_errors=True)
+                _discard(target)
                 raise
             return info
 
-    def _python_copy(self, progress: Progress) -> tuple[str | None, str]:
-        """A copy of the base interpreter that sandbox uids can read, or None if not needed."""
+    def _python_copy(self, progress: Progress) -> tuple[dict | None, str]:
+        """The mount of a copy of the base interpreter that sandbox uids can read (None if
+        not needed), and the interpreter's prefix."""
         prefix = os.path.realpath(sys.base_prefix)
         blocked = world_reachable(prefix)
         if blocked is None or os.getuid() != 0:
@@ -164,7 +184,7 @@ class ImageStore:
         tag = hashlib.sha256(f"{prefix}:{sys.version}".encode()).hexdigest()[:12]
         dest = os.path.join(self.state.images, "_python", tag)
         if os.path.exists(os.path.join(dest, ".complete")):
-            return dest, prefix
+            return _tree_mount(dest, prefix, dest + ".ext4", progress), prefix
         progress(f"copying the base interpreter {prefix} (not readable by sandbox uids: {blocked} is private)")
         shutil.rmtree(dest, ignore_errors=True)
         os.makedirs(dest)
@@ -191,24 +211,28 @@ class ImageStore:
                        check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _open_up(dest)
         open(os.path.join(dest, ".complete"), "w").close()
-        return dest, prefix
+        return _tree_mount(dest, prefix, dest + ".ext4", progress), prefix
 
     def _build(self, target: str, recipe: dict, base: dict | None, progress: Progress) -> dict:
         started = time.time()
         name = recipe["name"]
         progress(f"building image {name!r}: {', '.join(recipe['pip']) or '(requirements file)'}")
-        python_copy, python_prefix = (base["python_copy"], base["python_prefix"]) if base else self._python_copy(progress)
+        if base:
+            python, python_prefix = None, base["python_prefix"]
+        else:
+            python, python_prefix = self._python_copy(progress)
         os.makedirs(target)
         venv = os.path.join(target, "venv")
+        sandbox_venv = f"{SANDBOX_IMAGES}/{name}"
         base_python = getattr(sys, "_base_executable", sys.executable)
         _run([base_python, "-m", "venv", venv], progress)
         venv_python = os.path.join(venv, "bin", "python")
-        layers = [venv]
+        layers = [sandbox_venv]
         if base:
             site = _site_packages(venv)
             with open(os.path.join(site, "_sandbox_base_image.pth"), "w") as f:
-                f.write(_site_packages(base["venv"]) + "\n")
-            layers = [venv] + base["layers"]
+                f.write(_site_packages(_tree_of(base, base["venv"])) + "\n")  # rewritten below
+            layers = [sandbox_venv] + base["layers"]
         args = [venv_python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
         if recipe["pip"]:
             _run(args + recipe["pip"], progress)
@@ -234,7 +258,13 @@ class ImageStore:
             if check.returncode != 0:
                 raise ImageError(f"a preload import of image {name!r} fails: {check.stderr.strip().splitlines()[-1:]}")
         packages = _freeze(venv_python)
+        moves = {venv: sandbox_venv}  # and the base's venv, which a .pth and the font list name
+        moves.update({_tree_of(base, layer): layer for layer in (base or {}).get("layers", [])})
+        _relocate(_baked_paths(venv, mplcache), moves)
         _open_up(target)
+        size = _dir_size(target)
+        mount = _tree_mount(venv, sandbox_venv, os.path.join(target, "venv.ext4"), progress)
+        mounts = [mount] + (base["mounts"] if base else [python] if python else [])
         info = {
             "name": name,
             "hash": recipe["hash"],
@@ -242,23 +272,25 @@ class ImageStore:
             "pip": recipe["pip"],
             "requirements": recipe.get("requirements"),
             "preload": recipe["preload"],
-            "venv": venv,
+            "format": IMAGE_FORMAT,
+            "venv": sandbox_venv,
             "layers": layers,
-            "python_copy": python_copy,
+            "mounts": mounts,
+            "python_copy": next((m["tree"] for m in mounts if m["path"] == python_prefix), None),
             "python_prefix": python_prefix,
             "python_version": sys.version.split()[0],
             "mplcache": mplcache,
             "packages": packages,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.time() - started, 1),
-            "size_bytes": _dir_size(target),
+            "size_bytes": size,
         }
         statefile.write_json(os.path.join(target, "image.json"), info, mode=0o644)
         progress(f"image {name!r} built in {info['build_seconds']} s ({info['size_bytes'] // (1024 * 1024)} MiB)")
         return info
 
     def remove(self, name: str, in_use: Callable[[str], int]) -> None:
-        if self.get(name) is None:
+        if self._read(name) is None:
             raise ImageError(f"no image named {name!r}", code="not_found")
         users = in_use(name)
         if users:
@@ -268,7 +300,58 @@ class ImageStore:
         with self._lock(name):
             target = self.path(name)
             os.unlink(os.path.join(target, "image.json"))  # unselectable first, then gone
-            shutil.rmtree(target, ignore_errors=True)
+            _discard(target)
+
+
+def _discard(target: str) -> None:
+    """Remove an image's directory, its venv's pack unmounted first."""
+    imagefs.unmount([os.path.join(target, "venv.ext4")])
+    shutil.rmtree(target, ignore_errors=True)
+
+
+def _tree_of(image: dict, sandbox_path: str) -> str:
+    """The host tree the sandbox sees at ``sandbox_path``."""
+    return next(m["tree"] for m in image["mounts"] if m["path"] == sandbox_path)
+
+
+def _tree_mount(tree: str, sandbox_path: str, pack: str, progress: Progress) -> dict:
+    """One of an image's ``mounts``: the tree, where the sandbox sees it, and its ext4 pack
+    (packed now if there is none yet; None where mke2fs is missing)."""
+    if not os.path.exists(pack) and os.path.exists(disk.MKFS):
+        progress(f"packing {os.path.basename(tree)} into a read-only ext4 image")
+        tmp = pack + ".tmp"
+        disk.pack(tree, tmp)
+        os.rename(tmp, pack)
+    return {"path": sandbox_path, "tree": tree, "pack": pack if os.path.exists(pack) else None}
+
+
+def _baked_paths(venv: str, mplcache: str) -> list[str]:
+    """The files of a venv (and of its font cache) that name its absolute path: pyvenv.cfg,
+    the scripts in bin (shebangs, activate), .pth files, matplotlib's font list."""
+    bindir, site = os.path.join(venv, "bin"), _site_packages(venv)
+    files = [os.path.join(venv, "pyvenv.cfg")] + [os.path.join(bindir, n) for n in os.listdir(bindir)]
+    files += [os.path.join(site, n) for n in os.listdir(site) if n.endswith(".pth")]
+    for root, _, names in os.walk(mplcache):
+        files += [os.path.join(root, n) for n in names if n.endswith(".json")]
+    return files
+
+
+def _relocate(files: list[str], moves: dict[str, str]) -> None:
+    """Rewrite each host path of ``moves`` in ``files`` to where the sandbox sees it (the
+    longest first); links and binaries are left as they are."""
+    for path in files:
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            data = f.read()
+        if data.startswith(b"\x7fELF"):
+            continue
+        new = data
+        for old in sorted(moves, key=len, reverse=True):
+            new = new.replace(old.encode(), moves[old].encode())
+        if new != data:
+            with open(path, "wb") as f:
+                f.write(new)
 
 
 def _site_packages(venv: str) -> str:

@@ -5,6 +5,8 @@ state/
   server.sock            the server's unix socket (0600: only its owner connects)
   server.json            the running server's pid, socket and TCP address if any
   images/NAME/           built images (read-only once image.json exists)
+                         venv/ and its read-only ext4 pack venv.ext4 (venv.mnt: its mount)
+  images/_python/TAG/    the interpreter copy, its pack TAG.ext4 (TAG.mnt: its mount)
   runtime/HASH/          the in-sandbox runtime, copied where sandbox uids can read it
   sandboxes/ID/          one per sandbox (0711): spec.json, state.json, control.sock (0600),
                          supervisor.log, workspace/ (owned by the sandbox's uid, 0700)

@@ -11,7 +11,7 @@ import asyncio
 import os
 import subprocess
 
-from ..isolation import bwrap
+from ..isolation import bwrap, imagefs
 from . import SOCKET, Launch
 
 
@@ -59,6 +59,7 @@ class BubblewrapBackend:
             options, command = bwrap.build_argv(
                 spec, bwrap_exe=binary.path, channel_fd=launch.channel_fd,
                 seccomp_fd=seccomp_fd, passwd_fd=passwd_fd, group_fd=group_fd, copies=copies,
+                image_sources=imagefs.sources(spec["image_info"]),
             )
             # Hand bwrap its arguments through an fd: its pid 1 inside the sandbox shares its
             # command line, and the host paths in it are none of the sandbox's business.

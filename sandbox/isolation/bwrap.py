@@ -112,23 +112,14 @@ def install_copy(binary: BwrapBinary, dest_root: str) -> str:
     return exe
 
 
-def image_binds(image: dict) -> list[tuple[str, str]]:
-    """(host source, sandbox destination) pairs that make an image's Python work."""
-    binds = []
-    if image.get("python_copy"):
-        binds.append((image["python_copy"], image["python_prefix"]))
-    for layer in image.get("layers") or [image["venv"]]:
-        binds.append((layer, layer))
-    return binds
-
-
 COPIED_TREE_BYTES = 8 * 1024 * 1024
 
 
 def copied_trees(spec: dict) -> list[tuple[str, str]]:
     """(host directory, sandbox directory) of the small read-only trees that are copied into
     a tmpfs of the sandbox's own rather than bind-mounted: a bind mount names its host
-    source in the sandbox's /proc/self/mountinfo (the state directory's layout)."""
+    source in the sandbox's /proc/self/mountinfo (the state directory's layout; images, too
+    large to copy, are filesystems of their own instead: see imagefs.py)."""
     trees = [(spec["runtime_dir"], RUNTIME_MOUNT)]
     if spec["image_info"].get("mplcache"):
         trees.append((spec["image_info"]["mplcache"], MPLCACHE_MOUNT))
@@ -157,11 +148,14 @@ def tree_files(source: str, dest: str) -> tuple[list[str], list[tuple[str, str]]
 
 
 def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int | None,
-               passwd_fd: int, group_fd: int, copies: dict[str, tuple[list[str], list[tuple[int, str]]]] | None = None,
+               passwd_fd: int, group_fd: int, image_sources: list[tuple[str, str]],
+               copies: dict[str, tuple[list[str], list[tuple[int, str]]]] | None = None,
                ) -> tuple[list[str], list[str]]:
-    """``copies`` maps each of `copied_trees`' sandbox directories to its subdirectories and
-    (fd holding the content, sandbox file) pairs."""
-    """bwrap's options for one sandbox, and the command it runs (see the module docstring)."""
+    """bwrap's options for one sandbox, and the command it runs (see the module docstring).
+
+    ``image_sources`` are the (host directory, sandbox directory) pairs of the image's trees
+    (`imagefs.sources`); ``copies`` maps each of `copied_trees`' sandbox directories to its
+    subdirectories and (fd holding the content, sandbox file) pairs."""
     image = spec["image_info"]
     limits = spec["limits"]
     argv = [
@@ -197,7 +191,7 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         "--remount-ro", "/dev",
         "--perms", "1777", "--size", str(int(limits["tmp_mb"]) * 1024 * 1024), "--tmpfs", "/tmp",
     ]
-    for source, dest in image_binds(image):
+    for source, dest in image_sources:
         argv += ["--ro-bind", source, dest]
     for source, dest in copied_trees(spec):
         if copies is None:  # no fds to copy from: bind (the mount then names its source)

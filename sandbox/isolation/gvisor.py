@@ -157,7 +157,7 @@ def write_bundle(sandbox_dir: str, spec: dict, root: dict) -> str:
             # An image under /tmp (a state directory there) is shadowed by the tmpfs above:
             # its trees come back as binds of the root's own copies, mounted after it.
             {"destination": tree, "type": "bind", "source": root["path"] + tree, "options": ["bind", *ro[:3]]}
-            for tree in rootfs.image_trees(spec["image_info"]) if tree.startswith("/tmp/")
+            for _, tree in rootfs.image_trees(spec["image_info"]) if tree.startswith("/tmp/")
         ],
         "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "network")]},
     }

@@ -40,7 +40,7 @@ DLOPENED = ("libgcc_s.so.1",)
 ETC_FILES = ("/etc/localtime", "/etc/mime.types", "/etc/ssl/certs/ca-certificates.crt")
 MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Part of every root's version: bumped when the builder lays a root out differently.
-LAYOUT = 2
+LAYOUT = 3
 MOUNT_POINTS = ("/workspace", "/tmp", "/proc", "/dev", "/sys", "/etc")
 _LDD_PATH = re.compile(r"(?:=> )?(/\S+) \(0x")
 
@@ -73,9 +73,10 @@ def _library_dirs() -> list[str]:
     return sorted({os.path.dirname(p) for p in re.findall(r"=> (/\S+)", out)})
 
 
-def image_trees(image: dict) -> list[str]:
-    """Where the image's trees sit in the sandbox: the interpreter's prefix, each venv layer."""
-    return [image["python_prefix"]] * bool(image.get("python_copy")) + list(image.get("layers") or [image["venv"]])
+def image_trees(image: dict) -> list[tuple[str, str]]:
+    """(host tree, sandbox path) of each of the image's trees: each venv layer, the
+    interpreter copy."""
+    return [(m["tree"], m["path"]) for m in image["mounts"]]
 
 
 def host_files(image: dict) -> list[str]:
@@ -83,9 +84,10 @@ def host_files(image: dict) -> list[str]:
     tools = [shutil.which(t, path="/usr/bin:/bin") for t in TOOLS]
     tools = sorted({t for t in tools if t})
     python_tree = image.get("python_copy") or image["python_prefix"]
-    elves = _elf_files(python_tree if image.get("python_copy") else os.path.join(python_tree, "bin"))
-    for layer in image.get("layers") or [image["venv"]]:
-        elves += _elf_files(layer)
+    trees = [tree for tree, _ in image_trees(image)]
+    elves = [] if image.get("python_copy") else _elf_files(os.path.join(python_tree, "bin"))
+    for tree in trees:
+        elves += _elf_files(tree)
     wanted = set(tools) | _ldd(tools + elves)
     for name in DLOPENED:
         for d in _library_dirs():
@@ -93,7 +95,7 @@ def host_files(image: dict) -> list[str]:
                 wanted.add(os.path.join(d, name))
                 break
     wanted |= {p for p in ETC_FILES if os.path.exists(p)}
-    prefix_dirs = [python_tree] + list(image.get("layers") or [image["venv"]])
+    prefix_dirs = [python_tree] + trees
     return sorted(p for p in wanted if not any(p.startswith(d.rstrip("/") + "/") for d in prefix_dirs))
 
 
@@ -162,8 +164,7 @@ def ensure(rootfs_dir: str, image: dict, runtime_dir: str) -> dict:
                 os.symlink(os.readlink("/" + name), os.path.join(root, name))
         for path in files:
             _place(root, path)
-        sources = ([image["python_copy"]] if image.get("python_copy") else []) + list(image.get("layers") or [image["venv"]])
-        for source, tree in zip(sources, image_trees(image)):
+        for source, tree in image_trees(image):
             _link_tree(source, root + tree)
         _link_tree(runtime_dir, root + RUNTIME_MOUNT)
         if image.get("mplcache"):

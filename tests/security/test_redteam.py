@@ -777,7 +777,7 @@ def test_p13_cmdlines_name_no_host_path(hostile, probe, image_info):
     """bwrap's pid 1 shares bwrap's command line: its options (host sources of every mount, the
     sandbox's own directory) must reach it through --args, not argv."""
     state = str(hostile.state_dir)
-    mounted = [image_info["venv"], *(image_info.get("layers") or [])]  # mounted at their host paths
+    mounted = [image_info["venv"], *(image_info.get("layers") or [])]  # the image's sandbox paths
     leaking = {}
     for pid, entry in probe["procs"].items():
         line = entry["cmdline"]

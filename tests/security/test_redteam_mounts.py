@@ -3,8 +3,11 @@
 22. /dev is bwrap's minimal device set, read-only (it is a tmpfs as large as half the
     host's memory), and /dev/shm is a tmpfs of shm_mb: writing past it is ENOSPC.
 23. /proc/self/mountinfo names, for every bind mount, the host path of its source: the
-    runtime and the matplotlib cache are copied into tmpfs mounts of the sandbox's own, so
-    that nothing but the image names the state directory.
+    runtime and the matplotlib cache are copied into tmpfs mounts of the sandbox's own, and
+    each image tree (venv, interpreter copy) is an ext4 filesystem of its own, loop-mounted
+    read-only on the host and bound at a neutral path, so that no line names the state
+    directory. Without root (no loop mounts) the trees are bound as directories: that probe
+    is skipped, saying so.
 
 Each probe runs the same code on the host as its control, so that a probe that could not
 write or could not parse would not pass as "protected".
@@ -88,9 +91,8 @@ print({MARK!r} + json.dumps({{"ls": sorted(os.listdir("/dev")), "dev": fill("/de
           f"ENOSPC after {result['shm'][2]} MiB (host: {host[1]} MiB written)")
 
 
-def _image_mounts(server: support.Server, sandbox: dict) -> set[str]:
-    info = json.loads((server.state_dir / "images" / sandbox["image"] / "image.json").read_text())
-    return {p for p in [info.get("python_copy"), info["venv"], *(info.get("layers") or [])] if p}
+def _image_info(server: support.Server, sandbox: dict) -> dict:
+    return json.loads((server.state_dir / "images" / sandbox["image"] / "image.json").read_text())
 
 
 def _mountinfo(api, sandbox_id: str) -> list[list[str]]:
@@ -114,6 +116,9 @@ def _named_sources(entries: list[list[str]]) -> dict[str, str]:
 
 
 def test_p23_mountinfo_names_no_state_layout_but_the_images(sandbox_server, api, new_sandbox):
+    """In every mode: the runtime and the font cache are tmpfs copies, each image tree is at
+    its neutral sandbox path, and a mount naming the state directory is at most an image's
+    tree (bound as a directory where the server cannot loop-mount its pack)."""
     from sandbox.isolation.bwrap import MPLCACHE_MOUNT, RUNTIME_MOUNT
 
     sandbox = new_sandbox()
@@ -123,24 +128,39 @@ def test_p23_mountinfo_names_no_state_layout_but_the_images(sandbox_server, api,
     assert by_point[RUNTIME_MOUNT] == ("/", "tmpfs"), by_point.get(RUNTIME_MOUNT)
     if MPLCACHE_MOUNT in by_point:
         assert by_point[MPLCACHE_MOUNT] == ("/", "tmpfs"), by_point[MPLCACHE_MOUNT]
-    images = _image_mounts(sandbox_server, sandbox)
-    naming_state = {point: root for root, point, _ in entries if state in root}
-    assert set(naming_state.values()) <= images, naming_state
-    # control: the parser does see a source that names the state directory when one is
-    # there (the image's interpreter copy, bound from the state directory elsewhere)
+    info = _image_info(sandbox_server, sandbox)
+    assert {m["path"] for m in info["mounts"]} <= set(by_point), (info["mounts"], by_point)
+    trees = {m["tree"] for m in info["mounts"]}
+    naming_state = {point: root for root, point, _ in entries if state in root or state in point}
+    assert set(naming_state.values()) <= trees, naming_state
     named = _named_sources(entries)
-    copies = [root for root in named.values() if root.startswith(state)]
-    interpreter = json.loads((sandbox_server.state_dir / "images" / sandbox["image"] / "image.json").read_text())
-    if interpreter.get("python_copy"):
-        assert copies == [interpreter["python_copy"]], named
     print(f"\nPROBE 23 | mountinfo | runtime and font cache on tmpfs; host sources named: {named}")
 
 
-@pytest.mark.xfail(strict=True, reason="images (venv, interpreter copy) are still bind-mounted from the state "
-                   "directory, at their host paths: relocating them to neutral paths is not done yet")
 def test_p23_mountinfo_names_no_state_path_at_all(sandbox_server, api, new_sandbox):
+    """Where the server can loop-mount: each image tree is the root of a read-only ext4 of
+    its own at its neutral path, and no line of mountinfo names the state directory."""
     sandbox = new_sandbox()
+    if not sandbox["isolation"].get("disk", "").startswith("ext4"):
+        pytest.skip(f"the server cannot loop-mount ({sandbox['isolation'].get('disk')}): its sandboxes bind the "
+                    "image trees, and mountinfo names their host paths")
+    info = _image_info(sandbox_server, sandbox)
+    if not all(m.get("pack") for m in info["mounts"]):
+        pytest.skip("the image has no ext4 packs (mke2fs missing when it was built): its trees are bound")
     state = str(sandbox_server.state_dir.resolve())
     entries = _mountinfo(api, sandbox["id"])
     assert not [e for e in entries if state in e[0] or state in e[1]], entries
+    by_point = {point: (root, fstype) for root, point, fstype in entries}
+    for mount in info["mounts"]:
+        assert by_point[mount["path"]] == ("/", "ext4"), (mount, by_point.get(mount["path"]))
+    # control: the same parser on the host's mountinfo finds the packs' mounts, which name
+    # the state directory
+    scope: dict = {}
+    exec(MOUNTS, scope)
+    host = scope["mounts"](pathlib.Path("/proc/self/mountinfo").read_text())
+    from sandbox.isolation.imagefs import mount_point
 
+    packs = {mount_point(m["pack"]) for m in info["mounts"]}
+    assert packs <= {point for _, point, _ in host}, (packs, host)
+    print(f"\nPROBE 23 | mountinfo | image trees {sorted(by_point[m['path']] + (m['path'],) for m in info['mounts'])};"
+          f" no line names {state}")
