@@ -84,6 +84,15 @@ def caller_of(request: t.Any) -> Caller:
     return request.scope.get("state", {}).get(CALLER_KEY) or Caller(None)
 
 
+def check_bearer(given: bytes, expected: bytes) -> None:
+    """The token rule on TCP (the node server's and the gateway's relay): the whole
+    ``Authorization`` value, compared in constant time, or a 401 that says what to send."""
+    if not hmac.compare_digest(given, expected):
+        message = "missing bearer token" if not given else "wrong bearer token"
+        raise ApiError(401, "unauthorized", f"{message}: send 'Authorization: Bearer <token>' "
+                                            "(the token is in SANDBOX_KERNEL_TOKEN or the state directory's token file)")
+
+
 class Auth:
     """ASGI middleware: decide who the caller is, or answer 401/403 (health is open)."""
 
@@ -105,11 +114,7 @@ class Auth:
             raise ApiError(403, "forbidden", f"this sandbox server belongs to uid {self.owner_uid}; uid {peer.uid} "
                                              "may not use it (start your own: each user's kernel starts one in "
                                              "their own state directory)")
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if not hmac.compare_digest(given, self.expected):
-            message = "missing bearer token" if not given else "wrong bearer token"
-            raise ApiError(401, "unauthorized", f"{message}: send 'Authorization: Bearer <token>' "
-                                                "(the token is in SANDBOX_KERNEL_TOKEN or the state directory's token file)")
+        check_bearer(dict(scope["headers"]).get(b"authorization", b""), self.expected)
         return Caller(None)
 
     async def __call__(self, scope: dict, receive: t.Any, send: t.Any) -> None:

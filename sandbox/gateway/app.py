@@ -2,14 +2,14 @@
 
 Same token rule (``api.TokenAuth``), same JSON errors (``api.EXCEPTION_HANDLERS``), same
 request validation (``schemas``), the same OpenAPI document plus the gateway's node routes.
-Calls on one sandbox are not interpreted here: they go to its node as they are, whatever the
-route, and the node's answer (errors included) comes back as it is.
+Calls on one sandbox never reach this app: the gateway's relay (``relay.py``), which owns
+the front port, passes them to their node as bytes and forwards every other request here,
+over a unix socket of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
 import logging
@@ -32,7 +32,6 @@ from .proxy import NotSent, Proxy
 
 log = logging.getLogger("sandbox.gateway")
 DEFAULT_IMAGE = "default"
-METHODS = ["GET", "POST", "PUT", "DELETE"]
 
 
 def table_of(request: Request) -> NodeTable:
@@ -141,23 +140,15 @@ async def list_sandboxes(request: Request):
     return JSONResponse({"sandboxes": sandboxes, "nodes_unavailable": unavailable})
 
 
-async def sandbox_call(request: Request):
-    sandbox_id = request.path_params["sandbox_id"]
-    node = table_of(request).route(sandbox_id)
-    if request.method == "PUT":  # a file upload: streamed through, never held here
-        body = request.stream()
-    elif request.method == "POST":
-        body = await read_body(request, request.app.state.config.request_max_bytes)
-    else:
-        body = None
-    return await request.app.state.proxy.forward(request, node, sandbox_id, body)
-
-
 async def any_node(request: Request):
+    """The images: every node builds the same ones, so any node's list answers."""
     usable = sorted(table_of(request).usable(), key=lambda n: n.node_id)
     if not usable:
         raise ApiError(503, "unavailable", "no node is answering")
-    return await request.app.state.proxy.forward(request, usable[0], None, None)
+    node = usable[0]
+    upstream = await request.app.state.proxy.send(node, "GET", request.url.path)
+    content = await _read_all(upstream, node)
+    return Response(content, upstream.status_code, media_type="application/json")
 
 
 async def image_build_elsewhere(request: Request):
@@ -165,7 +156,6 @@ async def image_build_elsewhere(request: Request):
                    "the node DaemonSet's init step), not through the gateway")
 
 
-SID = "/v1/sandboxes/{sandbox_id}"
 ROUTES = [
     Route("/v1/health", health, methods=["GET"]),
     Route("/v1/info", info, methods=["GET"]),
@@ -174,8 +164,6 @@ ROUTES = [
     Route("/v1/nodes/{node_id}/drain", drain, methods=["POST"]),
     Route("/v1/sandboxes", create, methods=["POST"]),
     Route("/v1/sandboxes", list_sandboxes, methods=["GET"]),
-    Route(SID, sandbox_call, methods=METHODS),
-    Route(SID + "/{rest:path}", sandbox_call, methods=METHODS),
     Route("/v1/images", any_node, methods=["GET"]),
     Route("/v1/images", image_build_elsewhere, methods=["POST"]),
     Route("/v1/images/{name}", any_node, methods=["GET"]),
@@ -184,17 +172,9 @@ ROUTES = [
 
 
 def build_gateway_app(config: GatewayConfig, table: NodeTable) -> Starlette:
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        await table.refresh()  # serve knowing the nodes: a restarted gateway routes at once
-        task = asyncio.create_task(table.run())
-        try:
-            yield
-        finally:
-            task.cancel()
-            await table.close()
-
-    app = Starlette(routes=ROUTES, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    """The app behind the relay; the node table's refresh is run by ``server.py``, which
+    shares the table with the relay."""
+    app = Starlette(routes=ROUTES, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(TokenAuth, token=config.token)
     app.state.table = table
     app.state.proxy = Proxy(table)

@@ -20,7 +20,7 @@ from ..errors import ApiError
 from ..ids import node_of
 from ..runtime import vocabulary as V
 from .config import GatewayConfig
-from .upstream import Upstream
+from .pool import NodeUpstream
 
 log = logging.getLogger("sandbox.gateway.nodes")
 
@@ -32,7 +32,7 @@ NODE_GONE, NODE_UNAVAILABLE = V.NODE_GONE, V.NODE_UNAVAILABLE
 class Node:
     address: str
     client: httpx.AsyncClient   # the gateway's own calls: /v1/info, create, list, drain
-    upstream: Upstream          # calls on a sandbox, passed through as they are
+    upstream: NodeUpstream      # calls on a sandbox, relayed as they are (sandbox/gateway/relay.py)
     node_id: str | None = None
     info: dict = field(default_factory=dict)
     up: bool = False
@@ -43,6 +43,9 @@ class Node:
     # Set while the node is down: open execute streams watch it, so that a node that
     # vanishes without closing its connections ends them instead of leaving them hanging.
     down_event: asyncio.Event = field(default_factory=asyncio.Event)
+    # The relayed calls in flight on this node (sandbox/gateway/exchange.py): what the
+    # watchdog ends when the node stops answering.
+    calls: set = field(default_factory=set)
 
     @property
     def draining(self) -> bool:
@@ -89,9 +92,9 @@ class NodeTable:
         return httpx.AsyncClient(base_url=address, timeout=timeout, limits=self.limits,
                                  headers={"Authorization": f"Bearer {self.config.node_token}"})
 
-    def _upstream(self, address: str) -> Upstream:
-        return Upstream(address, self.config.node_token, self.config.node_timeout_seconds,
-                        max_connections=self.limits.max_connections, max_keepalive=self.limits.max_keepalive_connections)
+    def _upstream(self, address: str) -> NodeUpstream:
+        return NodeUpstream(address, self.config.node_token, self.config.node_timeout_seconds,
+                            max_idle=self.limits.max_keepalive_connections)
 
     async def refresh(self) -> None:
         try:
@@ -115,7 +118,7 @@ class NodeTable:
             if node.departed_at is not None and now - node.departed_at > self.config.node_gone_seconds * 4:
                 del self.nodes[address]  # long gone: its id answers 410 as an unknown one
                 await node.client.aclose()
-                await node.upstream.aclose()
+                node.upstream.close()
         await asyncio.gather(*(self._ask(n) for n in self.nodes.values() if n.departed_at is None))
         self._index()
         self.refreshed.set()
@@ -164,7 +167,9 @@ class NodeTable:
 
     async def close(self) -> None:
         await asyncio.gather(*(n.client.aclose() for n in self.nodes.values()),
-                             *(n.upstream.aclose() for n in self.nodes.values()), return_exceptions=True)
+                             return_exceptions=True)
+        for node in self.nodes.values():
+            node.upstream.close()
 
     async def ask_again(self, nodes: list[Node]) -> None:
         """Ask these nodes for their info now, between two refreshes: placement found none
@@ -209,3 +214,31 @@ class NodeTable:
         return ApiError(503, "unavailable", f"sandbox {sandbox_id}: its node {node_id} is {node.error or 'down'} "
                         f"(for {waited:.0f} s; it counts as gone after {grace:.0f} s)",
                         extra={"reason": NODE_UNAVAILABLE})
+
+    def lost(self, node: Node, now: float | None = None) -> bool:
+        """The node has failed its checks for a whole timeout more: calls in flight on it
+        end, rather than wait for a TCP timeout (a host that vanished sends no reset). One
+        slow /v1/info alone does not end them."""
+        now = time.monotonic() if now is None else now
+        return (not node.up and node.down_since is not None
+                and now - node.down_since >= self.config.node_timeout_seconds)
+
+    def silent(self, node: Node, sandbox_id: str | None) -> ApiError:
+        """The answer to a call that was waiting on ``node`` when it was found lost."""
+        if sandbox_id:
+            return self.unreachable(sandbox_id, node.node_id or "?", node)
+        return ApiError(503, "unavailable", f"the node {node.node_id} stopped answering", extra={"reason": NODE_UNAVAILABLE})
+
+    def not_reached(self, node: Node, sandbox_id: str | None, exc: BaseException) -> ApiError:
+        """No connection to ``node`` could be made: the request never reached it (safe to
+        try another node). The node counts as down from now."""
+        node.mark_down(f"not answering ({type(exc).__name__})")
+        if sandbox_id is None:
+            return ApiError(503, "unavailable", f"the node {node.node_id} is not answering", extra={"reason": NODE_UNAVAILABLE})
+        return self.unreachable(sandbox_id, node.node_id or "?", node)
+
+
+def no_answer(node: Node, exc: BaseException) -> ApiError:
+    """A call that may have reached ``node`` got no answer: a 503 that says so (never retried)."""
+    return ApiError(503, "unavailable", f"the node {node.node_id} did not answer ({type(exc).__name__}: {exc})",
+                    extra={"reason": NODE_UNAVAILABLE})

@@ -1,4 +1,9 @@
-"""Starting the gateway: check its settings, then uvicorn until SIGTERM.
+"""Starting the gateway: check its settings, then serve until SIGTERM.
+
+One process, one event loop (uvloop): the relay listens on the front port
+(``relay.py``); the Starlette app (``app.py``) is served by uvicorn on a unix socket in a
+private temporary directory, reached only through the relay; the node table's refresh and
+the watchdog (``watchdog.py``) run beside them and are shared by both.
 
 The gateway keeps nothing on disk and nothing that another replica lacks, so stopping it
 loses nothing: a client's next call, through any replica, finds its sandbox on its node.
@@ -6,15 +11,25 @@ loses nothing: a client's next call, through any replica, finds its sandbox on i
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
 import sys
+import tempfile
 
 import uvicorn
+import uvloop
 
 from .app import build_gateway_app
 from .config import GatewayConfig
 from .discovery import DnsNodes, StaticNodes, split_host_port
 from .nodes import NodeTable
+from .relay import Relay
+from .watchdog import watch
+
+# How long calls in flight may take to end after SIGTERM.
+GRACE_SECONDS = 10
 
 
 def node_source(config: GatewayConfig):
@@ -41,8 +56,50 @@ def serve_gateway(config: GatewayConfig, log_level: str = "info") -> int:
     except ValueError as exc:
         out(f"gateway: {exc}")
         return 2
-    app = build_gateway_app(config, NodeTable(config, source))
     out(f"sandbox gateway on http://{config.host}:{config.port} (nodes: {source.describe()})")
-    uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level,
-                                  timeout_graceful_shutdown=10, access_log=log_level == "debug")).run()
+    uvloop.run(_serve(config, NodeTable(config, source), log_level))
     return 0
+
+
+class _AppServer(uvicorn.Server):
+    """uvicorn for the app; the signal that stops it first stops the relay taking clients."""
+
+    def __init__(self, config: uvicorn.Config, on_exit):
+        super().__init__(config)
+        self.on_exit = on_exit
+
+    def handle_exit(self, sig, frame) -> None:
+        asyncio.get_event_loop().call_soon_threadsafe(self.on_exit)
+        super().handle_exit(sig, frame)
+
+
+async def _serve(config: GatewayConfig, table: NodeTable, log_level: str) -> None:
+    # uvicorn re-raises the signal that stopped it once it is done: let that find a handler
+    # that does nothing, so that the relay's own shutdown below still runs.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+    await table.refresh()  # serve knowing the nodes: a restarted gateway routes at once
+    background = [asyncio.create_task(table.run()), asyncio.create_task(watch(table))]
+    with tempfile.TemporaryDirectory(prefix="sbk-gateway-") as private:
+        app_socket = os.path.join(private, "app.sock")
+        relay = Relay(config, table, app_socket)
+        fronts: list[asyncio.AbstractServer] = []
+        app_server = _AppServer(uvicorn.Config(build_gateway_app(config, table), uds=app_socket, lifespan="off",
+                                               log_level=log_level, access_log=log_level == "debug",
+                                               timeout_graceful_shutdown=GRACE_SECONDS),
+                                lambda: [front.close() for front in fronts])
+        serving = asyncio.create_task(app_server.serve())
+        try:
+            while not app_server.started:  # the app first, so that the first client finds it
+                if serving.done():
+                    return await serving
+                await asyncio.sleep(0.01)
+            fronts.append(await asyncio.get_running_loop().create_server(relay.connection, config.host, config.port))
+            await serving
+        finally:
+            for front in fronts:
+                front.close()
+            await relay.close(GRACE_SECONDS)
+            for task in background:
+                task.cancel()
+            await table.close()
