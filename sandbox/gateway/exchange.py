@@ -21,6 +21,7 @@ import json
 import logging
 import time
 import typing as t
+from functools import lru_cache
 from http import HTTPStatus
 
 from ..api import NDJSON
@@ -44,6 +45,7 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
+@lru_cache(maxsize=64)
 def status_line(status: int) -> bytes:
     try:
         phrase = HTTPStatus(status).phrase
@@ -149,34 +151,37 @@ class Exchange:
     def _attach(self, conn: UpstreamConnection) -> None:
         self.conn = conn
         conn.exchange = self
-        self.progress_at = time.monotonic()
-        held, self.held, self.held_size = self.held, [], 0
-        conn.transport.write(b"".join(held))
-        self.client.release_reading(self)
         if self.client.write_paused:
             conn.transport.pause_reading()
+        if not self.client.parsing:  # (else once the client's bytes at hand are parsed)
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is held to the connection: once per batch of the client's bytes, so
+        that a request's head and body go to the node in one write."""
+        if self.held and self.conn is not None:
+            held, self.held, self.held_size = self.held, [], 0
+            self.conn.transport.write(b"".join(held))
+            self.progress_at = time.monotonic()
+            self.client.release_reading(self)
 
     def request_body(self, data: bytes) -> None:
         if self.discard_body:
             return
-        if self.chunked_request:
-            data = chunk(data)
-        if self.conn is not None:
-            self.conn.transport.write(data)
-            self.progress_at = time.monotonic()
-            return
-        self.held.append(data)
-        self.held_size += len(data)
-        if self.held_size > HELD_BODY_MAX:
-            self.client.hold_reading(self)
+        self.held.append(chunk(data) if self.chunked_request else data)
+        if self.conn is None:
+            self.held_size += len(data)
+            if self.held_size > HELD_BODY_MAX:
+                self.client.hold_reading(self)
+        elif not self.client.parsing:
+            self.flush()
 
     def request_end(self) -> None:
         self.request_done = True
         if self.chunked_request and not self.discard_body:
-            if self.conn is not None:
-                self.conn.transport.write(LAST_CHUNK)
-            else:
-                self.held.append(LAST_CHUNK)
+            self.held.append(LAST_CHUNK)
+            if not self.client.parsing:
+                self.flush()
         if self.answered:
             self._end()
 

@@ -52,12 +52,16 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.abort()
             return
         exchange.progress_at = time.monotonic()
+        client = exchange.client
+        client.corked = True  # what this batch makes for the client goes out in one write
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self.exchange = None
             self.transport.abort()
             exchange.upstream_broke(exc)
+        finally:
+            client.uncork()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -119,6 +119,12 @@ class ClientConnection(asyncio.Protocol):
         self.closing = False
         self.gone = False
         self.refusal = ""                  # why the parser was stopped, when it was us
+        # Batching: while the client's bytes are parsed, what goes to the node waits in its
+        # call (``Exchange.flush``); while a node's bytes are parsed, what goes to the client
+        # waits in ``out``: one write each way per batch instead of one per piece.
+        self.parsing = False
+        self.corked = False
+        self.out: list[bytes] = []
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -126,12 +132,17 @@ class ClientConnection(asyncio.Protocol):
         self.relay.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        self.parsing = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._refuse("protocol upgrades are not supported")
         except httptools.HttpParserError as exc:
             self._refuse(self.refusal or f"malformed HTTP request ({exc})")
+        finally:
+            self.parsing = False
+            if self.queue:
+                self.queue[0].flush()
 
     def eof_received(self) -> bool | None:
         return None  # a client that half-closes is gone: close, which abandons its calls
@@ -190,8 +201,17 @@ class ClientConnection(asyncio.Protocol):
 
     # -- for the calls
     def write(self, data: bytes) -> None:
-        if not self.gone:
+        if self.corked:
+            self.out.append(data)
+        elif not self.gone:
             self.transport.write(data)
+
+    def uncork(self) -> None:
+        self.corked = False
+        if self.out:
+            out, self.out = self.out, []
+            if not self.gone:
+                self.transport.write(b"".join(out))
 
     def hold_reading(self, holder: object) -> None:
         if not self.holders and not self.gone:
@@ -214,12 +234,14 @@ class ClientConnection(asyncio.Protocol):
         if not exchange.keep_alive or (self.closing and not self.queue):
             self.closing = True
             self.queue.clear()
+            self.uncork()
             self.transport.close()
         elif self.queue:
             self.queue[0].start()
 
     def cut(self) -> None:
         """End the connection now (an answer that cannot be finished)."""
+        self.uncork()  # what came before the cut is the client's
         if not self.gone:
             self.transport.abort()
 
