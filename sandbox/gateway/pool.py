@@ -5,9 +5,10 @@ A relayed call borrows one idle connection (or opens one), writes its request he
 to it as raw bytes, and gets the answer back through httptools' response parser, which finds
 where the answer ends (Content-Length or chunked) so that the connection can serve the next
 call. Nothing here reads a body into memory: each piece goes to the call as it comes
-(``sandbox/gateway/exchange.py``). An idle connection that the upstream closes (uvicorn drops
-idle ones after a few seconds) is forgotten the moment it closes, so a call rarely picks a
-dead one.
+(``sandbox/gateway/exchange.py``). An idle connection that the upstream closes is forgotten
+the moment it closes; one idle for longer than ``IDLE_SECONDS`` is not lent again, since the
+upstream may be closing it just as a request goes out (uvicorn, which serves the nodes,
+drops connections idle for 5 s), and a request lost that way cannot be retried.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ NODE_REQUEST_HEADERS = frozenset((b"content-type", b"accept"))
 # Response headers a client gets from a node; the relay writes the framing itself.
 NODE_RESPONSE_HEADERS = frozenset((b"content-type", b"cache-control", b"x-accel-buffering", b"www-authenticate"))
 # Hop-by-hop headers (and the framing, which the relay writes): never passed on as they are.
+IDLE_SECONDS = 4.0
 HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"te", b"trailer",
                         b"upgrade", b"expect", b"proxy-connection"))
 
@@ -41,6 +43,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.exchange: "Exchange | None" = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.closed = False
+        self.idle_since = 0.0
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -106,19 +109,28 @@ class UpstreamConnection(asyncio.Protocol):
 class Pool:
     """The idle connections to one upstream, newest first."""
 
-    def __init__(self, max_idle: int):
+    def __init__(self, max_idle: int, idle_seconds: float = IDLE_SECONDS):
         self.max_idle = max_idle
+        self.idle_seconds = idle_seconds
         self.idle: list[UpstreamConnection] = []
 
     def take(self) -> UpstreamConnection | None:
+        fresh_since = time.monotonic() - self.idle_seconds
         while self.idle:
             conn = self.idle.pop()
-            if not conn.closed:
+            if conn.closed:
+                continue
+            if conn.idle_since >= fresh_since:
                 return conn
+            conn.transport.close()  # too old to trust; the older ones below it too
+            for stale in self.idle:
+                stale.transport.close()
+            self.idle.clear()
         return None
 
     def keep(self, conn: UpstreamConnection) -> None:
         if len(self.idle) < self.max_idle:
+            conn.idle_since = time.monotonic()
             self.idle.append(conn)
         else:
             conn.transport.close()
@@ -160,6 +172,10 @@ class NodeUpstream:
         self.pool.close()
 
 
+# How long the app's uvicorn keeps an idle connection from the relay (it is the only client).
+APP_KEEP_ALIVE_SECONDS = 300
+
+
 class AppUpstream:
     """The gateway's own Starlette app (create, list, info, nodes, drain, openapi) behind a
     unix socket only this process uses: requests go to it as the client sent them (its own
@@ -168,7 +184,7 @@ class AppUpstream:
     def __init__(self, socket_path: str, *, max_idle: int = 50):
         self.socket_path = socket_path
         self.fixed_head = b""
-        self.pool = Pool(max_idle)
+        self.pool = Pool(max_idle, APP_KEEP_ALIVE_SECONDS - 5)
         self.passes_header = lambda name: name not in HOP_BY_HOP
         self.returns_header = self.passes_header
 

@@ -25,6 +25,7 @@ from .app import build_gateway_app
 from .config import GatewayConfig
 from .discovery import DnsNodes, StaticNodes, split_host_port
 from .nodes import NodeTable
+from .pool import APP_KEEP_ALIVE_SECONDS
 from .relay import Relay
 from .watchdog import watch
 
@@ -86,7 +87,8 @@ async def _serve(config: GatewayConfig, table: NodeTable, log_level: str) -> Non
         fronts: list[asyncio.AbstractServer] = []
         app_server = _AppServer(uvicorn.Config(build_gateway_app(config, table), uds=app_socket, lifespan="off",
                                                log_level=log_level, access_log=log_level == "debug",
-                                               timeout_graceful_shutdown=GRACE_SECONDS),
+                                               timeout_graceful_shutdown=GRACE_SECONDS,
+                                               timeout_keep_alive=APP_KEEP_ALIVE_SECONDS),
                                 lambda: [front.close() for front in fronts])
         serving = asyncio.create_task(app_server.serve())
         try:

@@ -86,3 +86,36 @@ def test_a_burst_of_creates_spreads_before_the_next_refresh():
     placement.note_placed(warm.info, "default", from_pool=True)
     assert warm.info["pool"]["default"]["ready"] == 0 and warm.info["capacity"]["sandboxes"]["free"] == 29
     assert warm.info["capacity"]["memory_mb"]["free"] == 8000 - 1024
+
+
+def test_the_relay_pool_lends_the_newest_idle_connection_and_never_a_stale_one():
+    """A connection idle for longer than the pool trusts (the node may be closing it just as
+    a request goes out) is closed, not lent; real connections over socket pairs."""
+    import asyncio
+    import socket
+
+    from sandbox.gateway.pool import Pool, UpstreamConnection
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        pairs = [socket.socketpair() for _ in range(3)]
+        fresh_pool, stale_pool = Pool(max_idle=10, idle_seconds=3600), Pool(max_idle=10, idle_seconds=0)
+        conns = []
+        for n, (ours, _) in enumerate(pairs):
+            pool = fresh_pool if n < 2 else stale_pool
+            _, conn = await loop.create_connection(lambda pool=pool: UpstreamConnection(pool), sock=ours)
+            pool.keep(conn)
+            conns.append(conn)
+        newest = fresh_pool.take()
+        nothing = fresh_pool.take(), fresh_pool.take()
+        await asyncio.sleep(0.01)
+        stale = stale_pool.take()
+        await asyncio.sleep(0.01)
+        try:
+            assert newest is conns[1] and nothing == (conns[0], None)
+            assert stale is None and conns[2].closed and not conns[1].closed
+        finally:
+            for ours, theirs in pairs:
+                theirs.close()
+
+    asyncio.run(scenario())
