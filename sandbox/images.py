@@ -87,6 +87,19 @@ def _dir_size(path: str) -> int:
     return total
 
 
+def package_name(spec: str) -> str:
+    """The distribution a pip requirement names, normalised ("ipywidgets>=8.1,<9" -> "ipywidgets")."""
+    return re.split(r"[<>=!~\[;@ ]", spec.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def missing_defaults(image: dict) -> list[str]:
+    """The project's default packages a default image was built without: an image built by an
+    older version of this project, before the package joined the default recipe (widgets need
+    ipywidgets in the image; the server that finds one builds it again, `refresh_default`)."""
+    have = {package_name(p) for p in image.get("pip", [])}
+    return [p for p in DEFAULT_PACKAGES if package_name(p) not in have]
+
+
 class ImageStore:
     def __init__(self, state: StateDir):
         self.state = state
@@ -126,6 +139,31 @@ class ImageStore:
 
     def ensure_default(self, progress: Progress = print) -> dict:
         return self.build(DEFAULT_IMAGE, progress=progress)
+
+    def refresh_default(self, sandboxes: int, progress: Progress = print) -> None:
+        """Build the default image again when an older version of this project built it without
+        some of today's default packages, keeping the packages it was built with beyond the
+        defaults. Not while `sandboxes` (sandbox directories a restarted server will adopt, or
+        paused ones) may still run on it, nor under images layered on it: then say what is
+        missing and how to rebuild, and leave it."""
+        image = self.get(DEFAULT_IMAGE)
+        missing = missing_defaults(image) if image is not None else []
+        if not missing:
+            return
+        layered = sorted(i["name"] for i in self.list() if i.get("base") == DEFAULT_IMAGE)
+        if sandboxes or layered:
+            users = ", ".join(filter(None, [f"{sandboxes} sandbox(es)" if sandboxes else "",
+                                            f"the images {', '.join(layered)}" if layered else ""]))
+            progress(f"warning: the default image was built by an older version without {', '.join(missing)} "
+                     f"(widgets and progress bars need them); it is kept because {users} use it: once they are "
+                     f"gone, stop the server, run `sandbox-kernel image rm {DEFAULT_IMAGE}` and start it again")
+            return
+        progress(f"the default image was built by an older version without {', '.join(missing)}: building it again")
+        defaults = {package_name(p) for p in DEFAULT_PACKAGES}
+        extra = [p for p in image.get("pip", []) if package_name(p) not in defaults]
+        self.remove(DEFAULT_IMAGE, in_use=lambda name: 0)
+        self.build(DEFAULT_IMAGE, pip=extra, requirements=image.get("requirements"),
+                   preload=image.get("preload"), progress=progress)
 
     def build(self, name: str, pip: Iterable[str] = (), requirements: str | None = None,
               preload: Iterable[str] | None = None, progress: Progress = print) -> dict:

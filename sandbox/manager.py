@@ -126,8 +126,19 @@ class SandboxManager:
         self.bwrap_path = bwrap.install_copy(binary, os.path.join(self.state_dir.root, "bwrap")) if binary else None
         self.bwrap_version = list(binary.version) if binary else None
         if self.images.get(self.config.default_image) is None:
-            progress(f"the default image is missing: building it once (this takes a minute or two)")
+            progress("building the default image once (this takes a minute or two)")
             self.images.ensure_default(progress=progress)
+        else:
+            self.images.refresh_default(self._sandboxes_left(), progress=progress)
+
+    def _sandboxes_left(self) -> int:
+        """How many sandboxes a previous server left that have not ended (kept running, or
+        paused): the next `adopt` takes them back, so the images they run on must stay."""
+        left = 0
+        for sandbox_id in os.listdir(self.state_dir.sandboxes):
+            record = statefile.read_json(os.path.join(self.state_dir.sandbox(sandbox_id), "state.json"))
+            left += record is None or record.get("state") not in V.ENDED_STATES
+        return left
 
     def _install_runtime(self) -> str:
         """Copy the in-sandbox runtime where sandbox uids can read it, keyed by its content."""
