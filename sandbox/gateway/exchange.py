@@ -92,6 +92,7 @@ class Exchange:
         self.tail = b""                   # NDJSON: the start of a line whose end has not come
         self.last_lines = b""             # NDJSON: the last whole lines passed on
         self.ended = False
+        self.head_only = method == b"HEAD"  # an answer to HEAD has a head and no body
         if upstream is not None:
             self.held.append(self._request_head(method, target, headers))
 
@@ -217,7 +218,10 @@ class Exchange:
                 if name == b"content-type" and value.startswith(NDJSON.encode()):
                     self.ndjson = True
                 lines += (name, b": ", value, b"\r\n")
-        if self.ndjson or (chunked and length is None):
+        if self.head_only:
+            if length is not None:
+                lines += (b"content-length: ", length, b"\r\n")
+        elif self.ndjson or (chunked and length is None):
             self.chunked_answer = True
             lines.append(b"transfer-encoding: chunked\r\n")
         elif length is not None:
@@ -227,6 +231,10 @@ class Exchange:
         lines.append(b"\r\n")
         self.answer_started = True
         self.client.write(b"".join(lines))
+        if self.head_only:
+            # The upstream's parser cannot tell a HEAD answer ends here (it does not know
+            # the method): the answer is complete, and the connection is not reused.
+            self.answer_end(False)
 
     def answer_body(self, data: bytes) -> None:
         if self.ndjson:

@@ -91,10 +91,12 @@ class UpstreamConnection(asyncio.Protocol):
         self.exchange.answer_head(self.parser.get_status_code(), headers)
 
     def on_body(self, body: bytes) -> None:
-        self.exchange.answer_body(body)
+        if self.exchange is not None:  # (None: the call was done with the answer at its head)
+            self.exchange.answer_body(body)
 
     def on_message_complete(self) -> None:
-        self.exchange.answer_end(self.parser.should_keep_alive())
+        if self.exchange is not None:
+            self.exchange.answer_end(self.parser.should_keep_alive())
 
     # -- for the exchange
     def release(self, reusable: bool) -> None:

@@ -103,6 +103,20 @@ def test_one_connection_serves_requests_one_after_another_and_pipelined(gateway,
     assert status == 200
 
 
+def test_a_head_request_is_answered_and_the_connection_goes_on(gateway, raw):
+    """HEAD on the gateway's own routes: the head of the GET answer, no body, and the next
+    request on the same connection is answered (the relay does not wait for a body)."""
+    answers = Answers()
+    raw.sendall(_request("HEAD", "/v1/health", gateway.token))
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += raw.recv(65536)
+    assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n"), head  # no body after it
+    raw.sendall(_request("GET", "/v1/health", gateway.token))
+    [(status, _, body)] = answers.read(raw, 1)
+    assert status == 200 and json.loads(body)["status"] == "ok"
+
+
 @pytest.mark.parametrize("head", [
     b"GET /v1/sandboxes/x HTTP/1.1\r\nHost: gw\r\nno colon here\r\n\r\n",
     b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 (a TLS hello)\r\n\r\n",
