@@ -23,6 +23,40 @@ if HERE not in sys.path:
 
 import support  # noqa: E402
 
+from sandbox.isolation import gvisor  # noqa: E402
+
+#: The isolation tiers the tiered suites (tests/security, tests/reliability) run against.
+TIERS = ("bwrap", "gvisor")
+
+
+@pytest.fixture(scope="module", params=TIERS)
+def isolation(request: pytest.FixtureRequest) -> str:
+    """The isolation tier of a suite's sandboxes: a test that creates its sandboxes through
+    this fixture (or a fixture built on it) runs once per tier, the tier in its id. The gvisor
+    half is skipped, with the reason, where runsc cannot run. Module scope, so that a suite's
+    own servers and shared sandboxes are made once per tier."""
+    if request.param == "gvisor":
+        ok, why = gvisor.available()
+        if not ok:
+            pytest.skip(f"gvisor backend unavailable here: {why}")
+    return request.param
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked ``bwrap_only(reason=...)`` is skipped in its gvisor run, the reason printed."""
+    for item in items:
+        marker = item.get_closest_marker("bwrap_only")
+        callspec = getattr(item, "callspec", None)
+        if marker is not None and callspec is not None and callspec.params.get("isolation") == "gvisor":
+            item.add_marker(pytest.mark.skip(reason=f"bwrap only: {bwrap_only_reason(marker)}"))
+
+
+def bwrap_only_reason(marker: pytest.Mark) -> str:
+    reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "")
+    if not reason:
+        raise pytest.UsageError("bwrap_only needs a reason: why the test does not apply to the gvisor tier")
+    return reason
+
 
 @pytest.fixture(scope="session")
 def sandbox_server() -> t.Iterator[support.Server]:

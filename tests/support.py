@@ -464,6 +464,11 @@ class Server:
 OWN_SERVER_START_TIMEOUT = 120.0
 
 
+def tier_args(isolation: str) -> list[str]:
+    """`serve` arguments that make ``isolation`` the server's default tier."""
+    return ["--set", f"default_isolation={isolation}"]
+
+
 def own_server(image_source: pathlib.Path, *args: str, extra_env: dict[str, str] | None = None) -> Server:
     """A server of a test's own (to kill, to stop, to configure with weaker isolation), not
     yet started, on a fresh state directory that borrows ``image_source``'s built images.

@@ -149,6 +149,10 @@ def write_bundle(sandbox_dir: str, spec: dict, root: dict) -> str:
             {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
             {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
              "options": ["nosuid", "nodev", "mode=1777", f"size={int(limits['tmp_mb'])}m"]},
+            # as under bwrap: a /dev/shm of shm_mb the sandbox's uid can write (gVisor's own
+            # /dev/shm is root's, so POSIX shared memory and multiprocessing's locks failed)
+            {"destination": "/dev/shm", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "nodev", "noexec", "mode=1777", f"size={int(limits.get('shm_mb', 64))}m"]},
             {"destination": "/etc/passwd", "type": "bind", "source": os.path.join(bundle, "passwd"), "options": ["bind", *ro]},
             {"destination": "/etc/group", "type": "bind", "source": os.path.join(bundle, "group"), "options": ["bind", *ro]},
             {"destination": "/workspace", "type": "bind", "source": spec["workspace"],

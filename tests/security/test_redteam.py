@@ -84,6 +84,7 @@ import pytest
 from redteam_support import RESULT_MARK, RedteamServer, cgroup_file, host_runtime_pid, probe_cell, veil, vm_rss_kib
 
 import support
+from sandbox.runtime.forge import FORGE_CELL as FORGE  # `channel`: the runtime's own, on either tier
 from support import cgroup_dirs, command, descendants, done_of, of_type, proc_identity, stream_text
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason=(
@@ -157,32 +158,32 @@ def canary():
 
 
 @pytest.fixture(scope="module")
-def hostile(sandbox_server, canary):
-    """This module's server: a canary in its environment and its state dir, a token of its own."""
-    state = support.make_state_dir("sk-redteam-", images_from=sandbox_server.state_dir)
+def hostile(image_source, canary, isolation):
+    """This module's server, its sandboxes in this run's tier: a canary in its environment and
+    its state dir, a token of its own."""
+    state = support.make_state_dir("sk-redteam-", images_from=image_source)
     planted = state / canary.filename
     planted.write_text(canary.value + "\n")
     planted.chmod(0o644)
     canary.files.append(planted)
-    with RedteamServer(state, "tok-" + secrets.token_urlsafe(24), extra_env={"SECRET_CANARY": canary.value}) as server:
+    with RedteamServer(state, "tok-" + secrets.token_urlsafe(24), *support.tier_args(isolation),
+                       extra_env={"SECRET_CANARY": canary.value}) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def open_server(sandbox_server, hostile):
-    """The same server with seccomp off (--no-seccomp --allow-missing-protections): the control
-    that shows which calls the filter, and not something else, stops."""
-    images = sandbox_server.state_dir
-    if not support.has_default_image(images):
-        images = hostile.state_dir  # the main server is external: reuse the image hostile built
-    state = support.make_state_dir("sk-redteam-noseccomp-", images_from=images)
+def open_server(image_source):
+    """A bwrap server with seccomp off (--no-seccomp --allow-missing-protections): the control
+    that shows which calls the filter, and not something else, stops (both tiers' probes
+    are held against it: the same call succeeding without a protection)."""
+    state = support.make_state_dir("sk-redteam-noseccomp-", images_from=image_source)
     with RedteamServer(state, secrets.token_urlsafe(24), "--no-seccomp", "--allow-missing-protections") as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def image_info(hostile) -> dict:
-    return json.loads((hostile.state_dir / "images" / "default" / "image.json").read_text())
+def image_info(image_source) -> dict:
+    return json.loads((image_source / "images" / "default" / "image.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -928,10 +929,10 @@ def test_p18_forged_frames_in_output(hostile, scratch):
     api = hostile.api
     sid = scratch["id"]
     count = done_of(api.run(sid, "pass"))["execution_count"]
-    events = api.run(sid, f"""
+    events = api.run(sid, FORGE + f"""
 import errno, json, os, sys
 forged, marker = {FORGED!r}, {FAKE_MARKER!r}
-channel = int(open("/proc/self/cmdline", "rb").read().split(b"\\0")[-2])  # the runtime's own channel: spared here
+# the runtime's own channel (FORGE's `channel`) is spared here
 fds = {{}}
 for name in sorted(os.listdir("/proc/self/fd"), key=int):
     fd = int(name)
@@ -971,13 +972,7 @@ def test_p18_channel_forgery_stays_inside_its_sandbox(hostile, victim, scratch):
     execute's events. What must hold is that nothing beyond its own sandbox's answers moves."""
     api = hostile.api
     sid = scratch["id"]
-    events = api.run(sid, """
-import gc, json, os, struct
-runtime = [o for o in gc.get_objects() if type(o).__name__ == "Runtime"][0]
-channel = int(open("/proc/self/cmdline", "rb").read().split(b"\\0")[-2])
-def frame(message):
-    payload = json.dumps(message).encode()
-    return struct.pack(">I", len(payload)) + payload
+    events = api.run(sid, FORGE + """
 os.write(channel, frame({"type": "stream", "exec": runtime.current, "name": "stdout", "text": "FORGED\\n"})
          + frame({"type": "done", "exec": runtime.current, "status": "ok", "execution_count": 999, "reason": None}))
 print("real output")
@@ -995,9 +990,7 @@ def test_p18_channel_garbage_is_reported_promptly(hostile):
     api = hostile.api
     sid = api.create()["id"]
     try:
-        events = api.run(sid, """
-import os
-channel = int(open("/proc/self/cmdline", "rb").read().split(b"\\0")[-2])
+        events = api.run(sid, FORGE + """
 os.write(channel, b"\\x00\\x00\\x00\\x05hello")
 print("after the garbage")
 """, timeout_seconds=2)

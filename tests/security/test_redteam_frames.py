@@ -63,9 +63,11 @@ def outcome(name: str, text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def guarded(sandbox_server):
+def guarded(sandbox_server, isolation):
+    """The protected server, its sandboxes in this run's tier (the unguarded control is bwrap:
+    the checks under test are the supervisor's, the same for both tiers)."""
     state = support.make_state_dir("sk-frames-", images_from=sandbox_server.state_dir)
-    with RedteamServer(state, "tok-" + secrets.token_urlsafe(24)) as server:
+    with RedteamServer(state, "tok-" + secrets.token_urlsafe(24), *support.tier_args(isolation)) as server:
         yield server
 
 
