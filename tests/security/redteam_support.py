@@ -19,6 +19,18 @@ import httpx
 import support
 
 RESULT_MARK = "@@REDTEAM@@"
+# what bwrap --dev provides (devices, the /proc/self/fd links, pts and shm)
+MINIMAL_DEV = {"console", "core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout",
+               "tty", "urandom", "zero"}
+# gVisor's /dev is its own devtmpfs, served by the Sentry (no host device node behind it);
+# its two extras are useless without capabilities (the sandbox has none, probe 14):
+# /dev/net/tun needs CAP_NET_ADMIN, a FUSE mount through /dev/fuse CAP_SYS_ADMIN
+GVISOR_DEV = MINIMAL_DEV | {"fuse", "net"}
+
+
+def minimal_dev(isolation: str) -> set[str]:
+    """The names a sandbox's /dev may hold under its tier."""
+    return GVISOR_DEV if isolation == "gvisor" else MINIMAL_DEV
 
 
 # ------------------------------------------------------------------ servers

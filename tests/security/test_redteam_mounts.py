@@ -20,17 +20,12 @@ import os
 import pathlib
 
 import pytest
+from redteam_support import minimal_dev
 
 import support
 
 MARK = "@@MOUNTS@@"
-MINIMAL_DEV = {"console", "core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout",
-               "tty", "urandom", "zero"}
 USUAL_DEVICES = {"null", "zero", "full", "random", "urandom", "tty"}
-# gVisor's /dev is its own devtmpfs, served by the Sentry (no host device node behind it);
-# its two extras are useless without capabilities (the sandbox has none, probe 14):
-# /dev/net/tun needs CAP_NET_ADMIN, a FUSE mount through /dev/fuse CAP_SYS_ADMIN
-GVISOR_DEV = MINIMAL_DEV | {"fuse", "net"}
 
 FILL = '''
 import errno, json, os
@@ -82,7 +77,7 @@ with open("/dev/null", "wb") as f:
 print({MARK!r} + json.dumps({{"ls": sorted(os.listdir("/dev")), "dev": fill("/dev/planted", 1),
                              "shm": fill("/dev/shm/fill", {shm_mb} + 32), "shm_mib": st.f_blocks * st.f_frsize >> 20}}))
 ''')
-    assert USUAL_DEVICES <= set(result["ls"]) <= (GVISOR_DEV if isolation == "gvisor" else MINIMAL_DEV), result["ls"]
+    assert USUAL_DEVICES <= set(result["ls"]) <= minimal_dev(isolation), result["ls"]
     # bwrap's /dev is a read-only mount; gVisor's is its own devtmpfs, root's and 0755
     planted = ["PermissionError", "EACCES", 0] if isolation == "gvisor" else ["OSError", "EROFS", 0]
     assert result["dev"] == planted, result["dev"]
