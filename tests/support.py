@@ -176,6 +176,13 @@ def is_runtime(cmd: str) -> bool:
     return bool(argv) and argv[0].endswith("/python") and "sandbox_runtime" in argv
 
 
+def holds_sandbox_code(cmd: str) -> bool:
+    """The host process a sandbox's code lives in: the runtime itself (bwrap), or gVisor's
+    sandbox process, whose Sentry runs the runtime as a task of its own (gvisor)."""
+    argv = cmd.split()
+    return is_runtime(cmd) or (bool(argv) and argv[0] == "runsc-sandbox")
+
+
 def _children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):

@@ -10,7 +10,10 @@ What runsc runs and how (the bundle, the pinned root, the flags) is in
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
+import signal
+from typing import Callable
 
 from .. import checkpoints
 from ..isolation import gvisor
@@ -50,6 +53,23 @@ class GvisorBackend:
             argv = gvisor.run_argv(binary, sandbox_dir, spec)
         gvisor.clear_container_state(sandbox_dir)
         return await asyncio.create_subprocess_exec(
-            *argv, preexec_fn=launch.child_setup, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, cwd=sandbox_dir,
+            *argv, preexec_fn=_dying_with_the_supervisor(launch.child_setup), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, cwd=sandbox_dir,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _dying_with_the_supervisor(child_setup: Callable[[], None]) -> Callable[[], None]:
+    """``child_setup``, then SIGKILL for runsc when its supervisor dies (bwrap's
+    ``--die-with-parent``): runsc's sandbox and gofer end with ``runsc run`` (it starts them
+    attached), so a sandbox whose code ignores its closed channel cannot outlive a
+    supervisor killed while no server is left to reap it."""
+
+    def setup() -> None:
+        child_setup()
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+
+    return setup

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import support
 
 OOM = "chunks = [bytes([1]) * (64 << 20) for _ in range(16)]  # 1 GiB, every page touched"
@@ -64,12 +66,17 @@ def test_out_of_memory_is_reported_as_oom_with_the_limit(api, new_sandbox, run):
     assert "memory" in message and "256" in message
 
 
-def test_pids_limit_gives_clean_errors_or_a_pids_death(api, new_sandbox, run):
+def test_pids_limit_gives_clean_errors_or_a_pids_death(api, new_sandbox, run, isolation, request):
     """Fork and thread bombs against pids=32. Either the runtime survives and each bomb gets
     a clean Python error, the sandbox staying usable; or it dies and is reported as
     ``pids`` with the limit named. Observed on this host (cgroup v1): it survives; fork
     fails with BlockingIOError (EAGAIN) after ~26 processes, and thread creation with
     RuntimeError("can't start new thread")."""
+    if isolation == "gvisor":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "a gvisor sandbox cannot start under pids=32: the cgroup's limit counts gVisor's own host tasks (the "
+            "Sentry's and the gofer's threads), so runsc fails to set up and the create is a 503; the limit needs an "
+            "allowance for them")))
     sbx = new_sandbox(pids=32)
     sid = sbx["id"]
     support.ok(run(sid, "marker = 'still here'"))

@@ -23,7 +23,7 @@ SANDBOXES = 8
 CELLS = 25
 
 
-def test_eight_clients_25_cells_each_get_exactly_their_own_output(sandbox_server, api):
+def test_eight_clients_25_cells_each_get_exactly_their_own_output(sandbox_server, api, isolation):
     headers = {"Authorization": f"Bearer {sandbox_server.token}"}
     ids: list[str] = []
     lock = threading.Lock()
@@ -32,7 +32,7 @@ def test_eight_clients_25_cells_each_get_exactly_their_own_output(sandbox_server
     def make() -> None:
         try:
             with httpx.Client(base_url=sandbox_server.url, headers=headers, timeout=120) as c:
-                sid = support.create(c)["id"]
+                sid = support.create(c, isolation=isolation)["id"]
             with lock:
                 ids.append(sid)
         except BaseException as exc:

@@ -117,8 +117,8 @@ def _named_sources(entries: list[list[str]]) -> dict[str, str]:
 
 
 @pytest.mark.bwrap_only(reason="inspects bwrap's mount layout (the runtime and font cache copied into tmpfs mounts); "
-                        "under gVisor they are files of the pinned root, and the stricter probe below (no state path "
-                        "at all) passes")
+                        "under gVisor they are files of the pinned root, and the stricter "
+                        "test_p23_mountinfo_names_no_state_path_at_all passes there")
 def test_p23_mountinfo_names_no_state_layout_but_the_images(sandbox_server, api, new_sandbox):
     """In every mode: the runtime and the font cache are tmpfs copies, each image tree is at
     its neutral sandbox path, and a mount naming the state directory is at most an image's
