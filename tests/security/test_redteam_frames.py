@@ -124,6 +124,10 @@ print("after")
 '''
 
 
+@pytest.mark.bwrap_only(reason="cost, not applicability: building five 39 MB frames of 13 million dicts under gVisor's "
+                        "ptrace platform takes ~50 s alone and passed the client's 120 s on a loaded host; the header "
+                        "check is the supervisor's, the same on both tiers, and the other frame probes' [gvisor] runs "
+                        "cover the container's stdio channel")
 def test_huge_frame_of_empty_dicts_is_refused_from_its_header(guarded):
     """The issue's flood: five 39 MB frames of 13 million empty dicts."""
     server_rss = pathlib.Path(f"/proc/{guarded.proc.pid}/status")
