@@ -742,13 +742,7 @@ def test_p10_cpu_hog_timeout(hostile, victim):
 # ================================================================= probe 11
 
 
-def test_p11_signals_to_host_processes(hostile, victim, scratch, sandbox_server, isolation):
-    api = hostile.api
-    sid = scratch["id"]
-    targets = [hostile.proc.pid] + ([sandbox_server.proc.pid] if sandbox_server.proc else []) + [os.getpid()]
-    for pid in targets:
-        os.kill(pid, 0)  # control: alive and signalable from the host
-    result = api.run_json(sid, f"""
+SIGNAL_ATTEMPT = """
 import json, os, signal
 def attempt(fn):
     try:
@@ -756,6 +750,16 @@ def attempt(fn):
         return "ok"
     except OSError as e:
         return [type(e).__name__, e.errno]
+"""
+
+
+def test_p11_signals_to_host_processes(hostile, victim, scratch, sandbox_server, isolation):
+    api = hostile.api
+    sid = scratch["id"]
+    targets = [hostile.proc.pid] + ([sandbox_server.proc.pid] if sandbox_server.proc else []) + [os.getpid()]
+    for pid in targets:
+        os.kill(pid, 0)  # control: alive and signalable from the host
+    result = api.run_json(sid, SIGNAL_ATTEMPT + f"""
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 out = {{"pids": pids, "kill": {{}}}}
 for pid in {targets!r}:
@@ -769,14 +773,7 @@ print({RESULT_MARK!r} + json.dumps(out))
     # the sandbox's namespace and they end it (its own sandbox only, which any cell can end)
     own = api.create()["id"]
     try:
-        events = api.run(own, f"""
-import json, os, signal
-def attempt(fn):
-    try:
-        fn()
-        return "ok"
-    except OSError as e:
-        return [type(e).__name__, e.errno]
+        events = api.run(own, SIGNAL_ATTEMPT + f"""
 out = {{"init_kill": attempt(lambda: os.kill(1, signal.SIGKILL)), "all_kill": attempt(lambda: os.kill(-1, signal.SIGKILL))}}
 out["init_alive"] = os.path.exists("/proc/1")
 print({RESULT_MARK!r} + json.dumps(out))
