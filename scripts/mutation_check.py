@@ -103,7 +103,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              '                handle.record = reply["state"]\n',
              REL + "test_rel_restart.py::test_sandboxes_survive_server_kill9_and_a_dead_supervisor_is_reported_lost[bwrap]"),
     mutation("token", "the bearer token check",
-             "sandbox/auth.py", "if not hmac.compare_digest(given, self.expected):", "if False:",
+             "sandbox/auth.py", "if not hmac.compare_digest(given, expected):", "if False:",
              SVC + "test_svc_api.py::test_token_is_required"),
     # ---- the ones no test caught (issue 22), and the layers each proved on its own
     mutation("ttl-renewal-at-end", "the TTL's renewal when an execute ends",
