@@ -562,9 +562,13 @@ def test_p06_fork_bomb_contained(hostile, victim, isolation):
         worker = threading.Thread(target=lambda: result.update(events=api.run(sid, BOMB, timeout_seconds=60)))
         worker.start()
         deadline = time.monotonic() + 30
-        while int(pids_current.read_text()) < 60 and time.monotonic() < deadline:
+        at_limit = 0  # the most tasks seen in the sandbox's cgroup
+        while at_limit < 60 and time.monotonic() < deadline:
+            try:
+                at_limit = max(at_limit, int(pids_current.read_text()))
+            except FileNotFoundError:  # the sandbox ended, and its cgroup with it
+                break
             time.sleep(0.05)
-        at_limit = int(pids_current.read_text())
         t0 = time.monotonic()
         health = httpx.get(hostile.url + "/v1/health", timeout=30)
         health_s = time.monotonic() - t0
@@ -573,7 +577,6 @@ def test_p06_fork_bomb_contained(hostile, victim, isolation):
         other_s = time.monotonic() - t0
         worker.join(60)
         assert not worker.is_alive()
-        assert at_limit >= 60, at_limit
         assert health.status_code == 200 and health_s < 30
         assert stream_text(other) == "42\n" and done_of(other)["status"] == "ok" and other_s < 30
         events = result["events"]
@@ -584,9 +587,12 @@ def test_p06_fork_bomb_contained(hostile, victim, isolation):
             done, errors = done_of(events), of_type(events, "error")
             assert done["reason"] == "pids" and done["sandbox_state"] == "dead", events
             assert [e["ename"] for e in errors] == ["SandboxDied"] and "64" in errors[0]["evalue"], errors
+            # (its tasks at the limit are told by the reason, from the cgroup's own count of
+            # refused forks: a sampled peak may miss them when the Sentry dies at once)
             outcome(6, "fork bomb (pids 64)", f"{at_limit} host tasks at peak, sandbox ended: {errors[0]['evalue']!r}; "
                     f"during it health {health_s * 1000:.0f} ms, other sandbox execute {other_s * 1000:.0f} ms")
             return
+        assert at_limit >= 60, at_limit
         out = stream_text(events)
         assert RESULT_MARK in out, events
         report = json.loads(out.split(RESULT_MARK, 1)[1].splitlines()[0])
@@ -1181,11 +1187,16 @@ print("planted")
 
 def test_p20_token_compared_in_constant_time():
     from sandbox import auth
+    from sandbox.gateway import relay
 
-    source = inspect.getsource(auth.Auth)
-    assert "hmac.compare_digest(" in source, source
-    assert not re.search(r"(given|token|expected)\s*[!=]=", source), source
-    outcome(20, "constant-time token check", "Auth uses hmac.compare_digest, no == on the token")
+    rule = inspect.getsource(auth.check_bearer)
+    assert "hmac.compare_digest(" in rule, rule
+    # the one rule, used by the node's middleware and the gateway's relay, and no other compare
+    for source in (rule, inspect.getsource(auth.Auth), inspect.getsource(relay)):
+        assert not re.search(r"(given|token|expected)\s*[!=]=", source), source
+    assert "check_bearer(" in inspect.getsource(auth.Auth) and "check_bearer(" in inspect.getsource(relay)
+    outcome(20, "constant-time token check", "check_bearer uses hmac.compare_digest (node and gateway relay), "
+            "no == on the token")
 
 
 def test_p20_token_file_is_private():
