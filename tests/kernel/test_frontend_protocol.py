@@ -200,9 +200,21 @@ def test_a_comm_message_sent_while_its_cell_runs_waits_for_the_cell(kc):
                                                                   "buffer_paths": []}})
     kc.shell_channel.send(comm)
     assert reply_of(kc, msg_id)["status"] == "ok"
-    cell = iopub_until_idle(kc, msg_id)
-    assert "cell done" in "".join(m["content"].get("text", "") for m in cell if m["msg_type"] == "stream")
-    # Its output comes under the page's message, then its idle (which ipywidgets waits for
+    # Both requests' IOPub messages, each up to its idle: the comm's may start before the
+    # cell's idle is out (two requests' statuses interleave; a frontend routes by parent).
+    seen: dict[str, list[str]] = {msg_id: [], comm["header"]["msg_id"]: []}
+    idle: set[str] = set()
+    deadline = time.monotonic() + 60
+    while idle != set(seen):
+        msg = kc.get_iopub_msg(timeout=max(1, deadline - time.monotonic()))
+        parent = msg["parent_header"].get("msg_id")
+        if parent not in seen or parent in idle:
+            continue
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            idle.add(parent)
+        elif msg["msg_type"] == "stream":
+            seen[parent].append(msg["content"]["text"])
+    assert "cell done" in "".join(seen[msg_id]), seen
+    # Its output comes under the page's message, before its idle (which ipywidgets waits for
     # before it sends the model's next update), though ipykernel dispatched it beside the cell.
-    moved = iopub_until_idle(kc, comm["header"]["msg_id"])
-    assert "moved to 5" in "".join(m["content"].get("text", "") for m in moved if m["msg_type"] == "stream")
+    assert "moved to 5" in "".join(seen[comm["header"]["msg_id"]]), seen
