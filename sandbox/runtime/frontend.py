@@ -99,7 +99,7 @@ def install_comms(runtime):
     class SandboxComm(BaseComm):
         def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
             event = {"type": msg_type, "exec": runtime.current, "comm_id": str(self.comm_id)[:V.NAME_MAX_CHARS],
-                     "data": clean_metadata(data or {}), "metadata": clean_metadata(metadata or {})}
+                     "data": clean_metadata(data or {})[0], "metadata": clean_metadata(metadata or {})[0]}
             if buffers:
                 event["buffers"] = [base64.b64encode(bytes(b)).decode("ascii")
                                     for b in buffers[:V.COMM_BUFFERS_MAX]]

@@ -19,11 +19,11 @@ import threading
 import time
 import traceback
 
-from . import egress_forwarder, fitting, framecheck
+from . import egress_forwarder, fitting, framecheck, introspection
 from . import vocabulary as V
 from .capture import OutputBudget, PipeDrain
 from .commands import CommandRunner
-from .display import clean_bundle, clean_metadata
+from .display import bundle_fields, clean_bundle, clean_metadata
 from .frontend import InputChannel, comm_message, install_comms
 from .protocol import STDIO_CHANNEL, SocketChannel
 
@@ -31,6 +31,7 @@ from .protocol import STDIO_CHANNEL, SocketChannel
 #: The events that answer a cell, and the slack each gets once per execution past the budget.
 CLOSING_EVENTS = frozenset({V.ERROR, V.EXECUTE_RESULT})
 CLOSING_SLACK = 8 * 1024
+TRANSIENT_LIMIT = 4096  # a display's transient holds its display_id
 
 
 class Runtime:
@@ -119,10 +120,9 @@ class Runtime:
 
     def publish_display(self, data, metadata, transient, update) -> None:
         self.sync_streams()
-        bundle, _ = clean_bundle(data, self.frame_limit)
         kind = V.UPDATE_DISPLAY_DATA if update else V.DISPLAY_DATA
-        self.send_output({"type": kind, "exec": self.current, "data": bundle,
-                          "metadata": clean_metadata(metadata), "transient": clean_metadata(transient)})
+        self.send_output({"type": kind, "exec": self.current, **bundle_fields(data, metadata, self.frame_limit),
+                          "transient": clean_metadata(transient, TRANSIENT_LIMIT)[0]})
 
     def publish_clear(self, wait: bool) -> None:
         self.sync_streams()
@@ -130,9 +130,8 @@ class Runtime:
 
     def publish_result(self, count, data, metadata) -> None:
         self.sync_streams()
-        bundle, _ = clean_bundle(data, self.frame_limit)
         self.send_output({"type": V.EXECUTE_RESULT, "exec": self.current, "execution_count": count,
-                          "data": bundle, "metadata": clean_metadata(metadata)})
+                          **bundle_fields(data, metadata, self.frame_limit)})
 
     def publish_error(self, etype, evalue, stb) -> None:
         self.sync_streams()
@@ -280,7 +279,7 @@ class Runtime:
         extra: dict = {}
         payloads = []
         for item in self.shell.payload_manager.read_payload():
-            item = clean_metadata(item)
+            item = clean_metadata(item, self.frame_limit // 2)[0]
             if item.get("source") == "page":
                 item["data"] = clean_bundle(item.get("data") or {}, self.frame_limit // 2)[0]
             payloads.append(item)
@@ -291,8 +290,9 @@ class Runtime:
             values = self.shell.user_expressions(
                 {str(k): str(v) for k, v in list(expressions.items())[:V.USER_EXPRESSIONS_MAX]})
             extra["user_expressions"] = {
-                key: {**clean_metadata(value), "data": clean_bundle(value.get("data") or {}, self.frame_limit // 4)[0]}
-                if value.get("status") == V.OK else clean_metadata(value)
+                key: {**clean_metadata(value, self.frame_limit // 4)[0],
+                      "data": clean_bundle(value.get("data") or {}, self.frame_limit // 4)[0]}
+                if value.get("status") == V.OK else clean_metadata(value, self.frame_limit // 4)[0]
                 for key, value in values.items()}
         return extra
 
@@ -301,50 +301,13 @@ class Runtime:
         self.send_output(event)
 
     def do_complete(self, message: dict) -> None:
-        """Jedi-backed completion, as ipykernel does it (columns and methods of a DataFrame)."""
-        from IPython.core.completer import provisionalcompleter, rectify_completions
-
-        code = message.get("code", "")
-        cursor_pos = message.get("cursor_pos")
-        cursor_pos = len(code) if cursor_pos is None else cursor_pos
-        reply = {"type": V.REPLY, "id": message.get("id"), "matches": [],
-                 "cursor_start": cursor_pos, "cursor_end": cursor_pos, "metadata": {}}
-        try:
-            with provisionalcompleter():
-                completions = list(rectify_completions(code, self.shell.Completer.completions(code, cursor_pos)))
-        except Exception:
-            completions = []
-        if completions:
-            reply.update(matches=[c.text for c in completions], cursor_start=completions[0].start,
-                         cursor_end=completions[0].end)
-            reply["metadata"] = {"_jupyter_types_experimental": [
-                {"start": c.start, "end": c.end, "text": c.text, "type": c.type, "signature": c.signature}
-                for c in completions]}
-        self.send_reply(reply)
+        self.send_reply(introspection.complete(self.shell, message))
 
     def do_inspect(self, message: dict) -> None:
-        from IPython.utils.tokenutil import token_at_cursor
-
-        code = message.get("code", "")
-        cursor_pos = message.get("cursor_pos")
-        cursor_pos = len(code) if cursor_pos is None else cursor_pos
-        name = token_at_cursor(code, cursor_pos)
-        reply = {"type": V.REPLY, "id": message.get("id"), "found": False, "data": {}, "metadata": {}}
-        try:
-            bundle = self.shell.object_inspect_mime(name, detail_level=int(message.get("detail_level", 0)))
-            bundle.pop("text/html", None)
-            reply["data"] = clean_bundle(bundle, self.frame_limit)[0]
-            reply["found"] = True
-        except Exception:
-            pass
-        self.send_reply(reply)
+        self.send_reply(introspection.inspect(self.shell, message, self.frame_limit))
 
     def do_is_complete(self, message: dict) -> None:
-        status, indent = self.shell.input_transformer_manager.check_complete(message.get("code", ""))
-        reply = {"type": V.REPLY, "id": message.get("id"), "status": status}
-        if status == "incomplete":
-            reply["indent"] = " " * (indent or 0)
-        self.send_reply(reply)
+        self.send_reply(introspection.is_complete(self.shell, message))
 
 
 def setup_matplotlib(preload: list[str]) -> None:

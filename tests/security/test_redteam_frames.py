@@ -20,6 +20,8 @@ Findings reproduced (issue: everything that leaves a sandbox is bounded and vali
 - `done` with `execution_count: "NaN"` -> `protocol`, nothing stored or listed;
 - `raise ValueError('q' * 30_000_000)` -> a truncated error, sandbox and variables kept;
 - display metadata past the output cap -> cut, `truncated: true`;
+- display metadata of 2.5 million empty dicts in a 256 MB sandbox -> trimmed by the runtime's
+  budget before any copy is built, the sandbox and its variables kept (was: out of memory);
 - stream frames written straight to the channel past the cap -> cut off by the
   supervisor's own budget, `truncated: true`.
 """
@@ -267,6 +269,40 @@ def test_display_metadata_counts_against_the_output_cap(guarded, unguarded):
     outcome("3 displays with 5 MB metadata", f"client got {sent} bytes (cap {limit}), truncated; "
             f"unguarded: {open_sent} bytes")
 
+
+
+MILLION_DICTS = '''
+kept = 42
+from IPython.display import display
+display({"text/plain": "x"}, metadata={"m": [{}] * 2_500_000}, raw=True)
+'''
+# The control: the runtime's cleaning budget switched off in the cell (its copies built whole).
+NO_CLEANING_BUDGET = '''
+import sys
+sys.modules[type(runtime).__module__.rsplit(".", 1)[0] + ".display"].Budget.spend = lambda self, *a, **k: None
+'''
+
+
+def test_a_display_of_millions_of_metadata_items_is_trimmed_and_the_sandbox_lives(guarded):
+    """2.5 million empty dicts of metadata (a 20 MB list) in a 256 MB sandbox: refused by the
+    runtime's budget before a copy is built, so the display arrives trimmed, with a note, and
+    the variables live on. Without the budget the copies end the sandbox (out of memory)."""
+    api = guarded.api
+    sid = api.create(memory_mb=256)["id"]
+    try:
+        events = api.run(sid, MILLION_DICTS, timeout_seconds=120)
+        done = done_of(events)
+        assert done["status"] == "ok" and done["sandbox_state"] == "running", done
+        shown = of_type(events, "display_data")
+        assert len(shown) == 1 and shown[0].get("truncated") is True and shown[0]["metadata"] == {}, shown
+        assert "display metadata over the" in shown[0]["data"]["text/plain"], shown[0]["data"]
+        assert support.result_text(api.run(sid, "kept")) == "42"
+        events = api.run(sid, FORGE + NO_CLEANING_BUDGET + MILLION_DICTS, timeout_seconds=120)
+        control = done_of(events)
+        assert control["sandbox_state"] == "dead", control  # the probe notices an unbounded cleaner
+    finally:
+        api.delete(sid)
+    outcome("display metadata [{}] * 2_500_000", f"trimmed, sandbox lives; unbudgeted: {control.get('reason')}")
 
 CHANNEL_FLOOD = '''
 text = "z" * (1 << 20)
