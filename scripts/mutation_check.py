@@ -119,7 +119,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            if uid not in used:\n                return self.config.uid_base\n",
              LAYERS + "test_distinct_host_uids_alone_keep_sandboxes_apart"),
     mutation("kernel-fallback-cancel", "the kernel's cancel of a cell waiting for the server",
-             "kernel/lifecycle.py", "        cell.loop.call_soon_threadsafe(cell.task.cancel)\n", "",
+             "kernel/control.py", "        cell.loop.call_soon_threadsafe(cell.task.cancel)\n", "",
              "tests/kernel/test_kernel.py::test_interrupt_while_the_cell_waits_for_the_server_gives_keyboardinterrupt"),
     mutation("pool-readoption", "putting re-adopted warm sandboxes back in the pool",
              "sandbox/manager.py",

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 import support
-from kernel.magics import describe_egress
+from kernel.report import describe_egress
 
 from .apihost import api_host, egress_server  # noqa: F401 (api_host: a fixture)
 

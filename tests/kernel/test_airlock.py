@@ -13,7 +13,7 @@ import pytest
 from kernel import airlock
 from kernel.airlock import AirlockError
 from kernel.failure import CellFailure
-from kernel.magics import local_target, push_plan
+from kernel.transfer import local_target, push_plan
 
 REFUSED = CellFailure  # an AirlockError is one; run_magic shows every one the same way
 

@@ -11,14 +11,8 @@ import pytest
 from kernel.install import TIERS, install_kernelspec, kernel_spec
 from kernel.kernel import history_query, local_is_complete
 from kernel.failure import CellFailure
-from kernel.magics import (
-    _segments_match,
-    local_target,
-    magic_name_matches,
-    push_path_completions,
-    push_plan,
-    split_cell,
-)
+from kernel.magics import magic_name_matches, push_path_completions, split_cell
+from kernel.transfer import _segments_match, local_target, push_plan
 from kernel.outputs import CellMapper, died_reason, event_to_message, gone_notice
 
 # --------------------------------------------------------------------------- outputs

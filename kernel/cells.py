@@ -1,0 +1,286 @@
+"""Running a cell: the kernel's magics, then the code in the sandbox, its events mapped to
+IOPub messages; a ``%%host`` cell in the kernel's own process; comm messages from the page.
+
+A server that is briefly away (restarting) is retried for a short while, and started again
+if it is the kernel's own; after that the cell fails with a short message. A mixin of
+`SandboxLifecycle` (kernel/lifecycle.py), which holds the state it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+import typing as t
+from dataclasses import dataclass
+
+from sandbox.runtime import vocabulary as V
+from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable
+
+from .failure import CellFailure
+from .host import host_cells_enabled, is_host_cell
+from .magics import run_magic, split_cell
+from .outputs import CellMapper, died_reason, error_reply, ok_reply, reply_payload, reply_user_expressions
+from .server import ServerStartError
+from .widgets import CommMessage
+
+
+class _OutWriter:
+    """A file-like object that turns writes into the cell's stream output, a line at a time
+    (print("a", "b") is four writes; one message each would flood IOPub)."""
+
+    def __init__(self, out: t.Any, name: str) -> None:
+        self.out, self.name = out, name
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        cut = self.pending.rfind("\n") + 1
+        if cut:
+            self.out.stream(self.name, self.pending[:cut])
+            self.pending = self.pending[cut:]
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.out.stream(self.name, self.pending)
+            self.pending = ""
+
+
+class Output(t.Protocol):
+    """Where one cell's output goes (the kernel publishes it on IOPub)."""
+
+    silent: bool
+    text_result: str | None
+    allow_stdin: bool  # the request's: whether input() may ask the frontend
+    user_expressions: dict[str, str] | None
+    msg_id: str | None  # the frontend's id of the request (ipywidgets' Output captures by it)
+
+    def send(self, msg_type: str, content: dict[str, t.Any]) -> None: ...
+
+    def comm(self, message: CommMessage) -> None: ...
+
+    async def ask_input(self, prompt: str, password: bool) -> str: ...
+
+    def stream(self, name: str, text: str) -> None: ...
+
+    def display(self, data: dict[str, t.Any], *, display_id: str, update: bool = False) -> None: ...
+
+
+@dataclass
+class _Cell:
+    """The running cell, as the control thread needs to see it to interrupt it."""
+
+    task: asyncio.Task
+    loop: asyncio.AbstractEventLoop
+    remote: bool = False
+    waiting: asyncio.Future | None = None  # the frontend's answer to input(), while asked
+
+
+class _Host:
+    """What the magics see during one cell."""
+
+    def __init__(self, life: t.Any, out: Output, sandbox: AsyncSandbox) -> None:
+        self.cwd = life.cwd
+        self.airlock_root = life.airlock_root
+        self.outputs_mode = life.outputs_mode
+        self.pushed = life.pushed
+        self.server_url = life.server_config.url if life.server_config else ""
+        self._out = out
+        self._sandbox = sandbox
+
+    async def sandbox(self) -> AsyncSandbox:
+        return self._sandbox
+
+    def stdout(self, text: str) -> None:
+        self._out.stream("stdout", text)
+
+    def display(self, data: dict[str, t.Any], *, display_id: str, update: bool = False) -> None:
+        self._out.display(data, display_id=display_id, update=update)
+
+
+
+class CellRunner:
+    """One cell (or one comm message from the page) from the kernel to the sandbox and back."""
+
+    async def run_cell(self, code: str, silent: bool, store_history: bool, out: Output) -> asyncio.Task:
+        """Run one cell to its end; the finished task, whose result is the execute reply.
+
+        The cell runs as a task of its own so that an interrupt arriving while no code runs
+        in the sandbox yet (server starting, file uploading) can cancel just it; `_cell`,
+        which the control thread reads to interrupt, is this object's alone.
+        """
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._run_cell(code, silent, store_history, out))
+        self._cell = _Cell(task, loop)
+        try:
+            await asyncio.wait({task})
+        finally:
+            self._cell = None
+        return task
+
+    async def _run_cell(self, code: str, silent: bool, store_history: bool, out: Output) -> dict[str, t.Any]:
+        """Run the kernel's magics, then the code in the sandbox; the execute reply."""
+        if is_host_cell(code):
+            return await self._run_host_cell(code, out)
+        calls, rest = split_cell(code)
+        replaced = False
+        deadline: float | None = None
+        while True:
+            try:
+                sbx = await self.ensure(out)
+                host = _Host(self, out, sbx)
+                for call in calls:
+                    await run_magic(call, host)
+                if not rest:
+                    if silent or not store_history:
+                        return ok_reply(self.last_count + 1)
+                    # A cell of magics only still takes a number, as in IPython: a no-op in
+                    # the sandbox advances its count, which stays the one source of numbers.
+                    rest = "pass"
+                return await self._execute(sbx, rest, silent, store_history, out)
+            except (SandboxGone, SandboxNotFound) as exc:
+                # Nothing of the cell ran in a gone sandbox: run it whole in a new one.
+                if replaced:
+                    raise CellFailure("SandboxGone", exc.message) from None
+                replaced = True
+                self.mark_gone(exc.message)
+            except ServerUnavailable as exc:
+                if exc.sent and exc.status != 503:
+                    # The request may have reached the server: sending it again could
+                    # run the cell twice.
+                    raise CellFailure("ServerUnavailable", exc.message) from None
+                if deadline is None:
+                    deadline = time.monotonic() + self.settings.reconnect_timeout
+                    out.stream("stderr", "sandbox server unreachable, retrying…\n")
+                await self._wait_for_server(exc, deadline)
+            except SandboxError as exc:
+                raise CellFailure(type(exc).__name__, exc.message) from None
+
+    async def _run_host_cell(self, code: str, out: Output) -> dict[str, t.Any]:
+        """A ``%%host`` cell: run here, in the kernel's process (see kernel/host.py)."""
+        if not host_cells_enabled():
+            raise CellFailure("HostCellsDisabled", "%%host cells are switched off for this kernel "
+                                "(SANDBOX_KERNEL_HOST_CELLS=0); every cell runs in the sandbox")
+        count = self.last_count + 1
+        stdout, stderr = _OutWriter(out, "stdout"), _OutWriter(out, "stderr")
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            value, error = await self.host_cells.run(code)
+        stdout.flush()
+        stderr.flush()
+        if error is not None:
+            out.send("error", error)
+            return error_reply(count, error)
+        if value is not None:
+            out.send("execute_result", {"execution_count": count, "data": {"text/plain": repr(value)}, "metadata": {}})
+        return ok_reply(count)
+
+    async def _wait_for_server(self, exc: ServerUnavailable, deadline: float) -> None:
+        if time.monotonic() >= deadline:
+            raise CellFailure("ServerUnavailable", exc.message)
+        if self.embedded:
+            # Our own server went away: start it again (the sandboxes outlive it).
+            try:
+                await self._start_server_if_ours()
+            except ServerStartError as err:
+                raise CellFailure("ServerUnavailable", str(err)) from None
+        else:
+            await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    async def _execute(
+        self, sbx: AsyncSandbox, code: str, silent: bool, store_history: bool, out: Output
+    ) -> dict[str, t.Any]:
+        mapper = CellMapper(execution_count=self.last_count + 1, passthrough=self.outputs_passthrough)
+        on_event = self._event_handler(sbx, mapper, out)
+        cell = self._cell
+        if cell is not None:
+            cell.remote = True
+        try:
+            execution = await sbx.run_code(
+                code,
+                timeout_seconds=self.settings.execute_timeout,
+                silent=silent,
+                store_history=store_history,
+                on_event=on_event,
+                allow_stdin=out.allow_stdin,
+                user_expressions=out.user_expressions or None,
+                msg_id=out.msg_id,
+            )
+        finally:
+            if cell is not None:
+                cell.remote = False
+        owed, reply = mapper.finish()
+        reply["payload"] = reply_payload(execution.payload, self.outputs_passthrough)
+        if reply["status"] == "ok":
+            reply["user_expressions"] = reply_user_expressions(execution.user_expressions, self.outputs_passthrough)
+        for msg_type, content in owed:
+            out.send(msg_type, content)
+        if execution.execution_count is not None:
+            self.last_count = execution.execution_count
+        if mapper.sandbox_gone:
+            self.mark_gone(died_reason(mapper.done or {}))
+        out.text_result = mapper.text_result
+        return reply
+
+    def _event_handler(self, sbx: AsyncSandbox, mapper: CellMapper, out: Output):
+        """The sandbox events of one request -> IOPub messages, comm messages through the
+        widget rules, and input() answered through the frontend."""
+
+        async def on_event(event: dict[str, t.Any]) -> None:
+            kind = event.get("type")
+            if kind == V.INPUT_REQUEST:
+                await self._answer_input(sbx, event, out)
+            elif kind in V.COMM_MESSAGES:
+                message = self.comms.to_page(event)
+                if message is not None:
+                    out.comm(message)
+            else:
+                for msg_type, content in mapper.feed(event):
+                    out.send(msg_type, content)
+
+        return on_event
+
+    async def _answer_input(self, sbx: AsyncSandbox, event: dict[str, t.Any], out: Output) -> None:
+        """Ask the frontend (its stdin channel) and hand the answer to the waiting cell. An
+        interrupt cancels the question: the cell itself is interrupted in the sandbox."""
+        cell = self._cell
+        question = asyncio.ensure_future(out.ask_input(str(event.get("prompt", "")), bool(event.get("password"))))
+        if cell is not None:
+            cell.waiting = question
+        try:
+            await asyncio.wait({question})
+        except asyncio.CancelledError:
+            question.cancel()
+            raise
+        finally:
+            if cell is not None:
+                cell.waiting = None
+        if not question.cancelled():
+            await sbx.answer_input(question.result())
+
+    async def run_comm(self, msg_type: str, content: dict[str, t.Any], metadata: dict[str, t.Any],
+                       buffers: list[bytes], out: Output) -> None:
+        """A comm message from the page (a slider moved): its handlers run in the sandbox,
+        queued behind a running cell as in ipykernel, and what they output goes to the page
+        under this message (an Output widget shows what was made under its id)."""
+        sbx = await self.current()
+        if sbx is None:
+            return  # no sandbox (yet, or any more): nothing holds the other end of the comm
+        self.comms.from_page(msg_type, content)
+        mapper = CellMapper(passthrough=self.outputs_passthrough)
+        self.comms_in_flight += 1
+        try:
+            await sbx.send_comm(
+                msg_type, str(content.get("comm_id", "")), content.get("data") or {},
+                metadata=metadata or None, buffers=[base64.b64encode(bytes(b)).decode("ascii") for b in buffers] or None,
+                target_name=content.get("target_name"), msg_id=out.msg_id,
+                timeout_seconds=self.settings.execute_timeout, on_event=self._event_handler(sbx, mapper, out))
+        except (SandboxGone, SandboxNotFound) as exc:
+            self.mark_gone(exc.message)
+        except SandboxError as exc:
+            self.log.warning("a comm message did not reach the sandbox: %s", exc)
+        finally:
+            self.comms_in_flight -= 1
+        if mapper.sandbox_gone:
+            self.mark_gone(died_reason(mapper.done or {}))

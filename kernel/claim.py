@@ -1,0 +1,211 @@
+"""Claiming the kernel's sandbox: created in the background at start, awaited by the first
+cell, replaced when it is gone (the next cell first says plainly what happened and what was
+lost: variables, pushed files).
+
+A mixin of `SandboxLifecycle` (kernel/lifecycle.py), which holds the state it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import typing as t
+import uuid
+from dataclasses import dataclass, field
+
+from sandbox.client import (
+    AsyncSandbox,
+    InvalidRequest,
+    SandboxError,
+    SandboxGone,
+    SandboxNotFound,
+    Unauthorized,
+)
+
+from .failure import CellFailure
+from .outputs import gone_notice
+from .server import ServerStartError, ensure_server
+
+if t.TYPE_CHECKING:
+    from .cells import Output
+
+# Show startup progress in the cell only if the wait is long enough to wonder about.
+PROGRESS_AFTER = 3.0
+
+
+@dataclass
+class _Gone:
+    sandbox_id: str
+    why: str
+    pushed: list[str] = field(default_factory=list)
+
+
+class SandboxClaim:
+    """The current sandbox, the one being created, and the one that went away."""
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Claim the sandbox in the background; the first cell awaits it."""
+        self._creating = loop.create_task(self._create())
+        self._creating.add_done_callback(self._log_creation_failure)
+
+    def _log_creation_failure(self, task: asyncio.Task) -> None:
+        # Retrieved here so that asyncio does not print "exception never retrieved"
+        # into whichever cell runs next; the first cell reports it properly.
+        if not task.cancelled() and task.exception() is not None:
+            self.log.warning("creating the sandbox at start failed: %s", task.exception())
+
+    def _set_status(self, text: str) -> None:
+        self._status = text
+
+    async def _start_server_if_ours(self) -> None:
+        if not self.embedded:
+            return
+        config = self.config()
+        started = await asyncio.to_thread(
+            ensure_server,
+            config.endpoint,
+            config.state_dir,
+            timeout=self.settings.server_start_timeout,
+            on_status=self._set_status,
+        )
+        if started:
+            self.log.info("started the sandbox server at %s", config.where)
+
+    async def _create(self) -> AsyncSandbox:
+        self._creations_in_flight += 1
+        try:
+            config = self.config()
+            await self._start_server_if_ours()
+            self._set_status("creating the sandbox")
+            sbx = await AsyncSandbox.create(
+                **self.settings.create_arguments(),
+                metadata={"client": "sandbox-kernel", "kernel_pid": os.getpid()},
+                config=config,
+                # Over the socket the server ends the sandbox when this process exits,
+                # even if it is killed without a shutdown (nbval, kill -9).
+                end_with_caller=True if config.socket else None,
+            )
+            # Known to shutdown at once, even before a cell adopts it.
+            self.sandbox_id = sbx.id
+        finally:
+            self._creations_in_flight -= 1
+        if self.shutting_down:
+            # The shutdown went ahead without this sandbox: do not leave it behind.
+            await sbx.delete()
+            await sbx.close()
+            raise CellFailure("KernelShutdown", "the kernel is shutting down")
+        self.log.info("sandbox %s (%s)", sbx.id, "warm pool" if sbx.info.from_pool else "cold start")
+        return sbx
+
+    def _adopt(self, sbx: AsyncSandbox) -> None:
+        self._sandbox = sbx
+        self.sandbox_id = sbx.id
+        self.last_count = sbx.info.execution_count
+        self.comms.models.clear()  # a new sandbox holds none of the old one's widgets
+        gone, self._gone = self._gone, None
+        if gone is not None:
+            self._pending_notice = gone_notice(gone.sandbox_id, gone.why, gone.pushed, sbx.id)
+
+    async def _await_creation(self, task: asyncio.Task, out: Output) -> AsyncSandbox:
+        """Wait for a sandbox being created, showing in the cell what takes long (the
+        first start of the server builds the image: minutes)."""
+        began = time.monotonic()
+        display_id = f"sandbox-startup-{uuid.uuid4().hex}"
+        shown = False
+        while not task.done():
+            await asyncio.wait({task}, timeout=1.0)
+            elapsed = time.monotonic() - began
+            if not task.done() and elapsed >= PROGRESS_AFTER:
+                text = f"{self._status or 'creating the sandbox'} … {elapsed:.0f} s"
+                out.display({"text/plain": text}, display_id=display_id, update=shown)
+                shown = True
+        if shown:
+            # Progress is not output: leave no trace in the saved notebook (nbval would
+            # see an extra output). Nothing else has been shown in the cell yet but a
+            # "retrying" notice that the wait has made obsolete.
+            out.send("clear_output", {"wait": False})
+        return task.result()
+
+    async def ensure(self, out: Output) -> AsyncSandbox:
+        """The sandbox for this cell: the current one, the one being created (at start, or
+        for a cell that was interrupted while waiting), or a new one.
+
+        A creation is a task of its own, not part of the cell: interrupting a cell that
+        waits for the server leaves the creation going, for the next cell to pick up.
+        """
+        if self._sandbox is None or self._gone is not None:
+            if self._creating is None:
+                self._creating = asyncio.get_running_loop().create_task(self._create())
+            task = self._creating
+            try:
+                sbx = await self._await_creation(task, out)
+            except ServerStartError as exc:
+                raise CellFailure("ServerUnavailable", str(exc)) from None
+            except Unauthorized as exc:
+                raise CellFailure("Unauthorized", exc.message) from None
+            except InvalidRequest as exc:
+                raise CellFailure(
+                    "InvalidRequest", f"the sandbox server refused to create a sandbox: {exc.message}"
+                ) from None
+            finally:
+                if task.done() and self._creating is task:
+                    self._creating = None
+            self._adopt(sbx)
+        if self._pending_notice and not out.silent:
+            # Told in the first cell that shows output, once.
+            out.stream("stderr", self._pending_notice)
+            self._pending_notice = None
+        return t.cast(AsyncSandbox, self._sandbox)
+
+    async def current(self) -> AsyncSandbox | None:
+        """The sandbox if there is one to ask, without starting a creation: completion
+        should never be what starts a sandbox. A creation under way is awaited."""
+        if self._creating is not None:
+            task = self._creating
+            try:
+                sbx = await asyncio.wait_for(asyncio.shield(task), timeout=30.0)
+            except (asyncio.TimeoutError, SandboxError, CellFailure, ServerStartError, OSError):
+                return None
+            finally:
+                if task.done() and self._creating is task:
+                    self._creating = None
+            if self._sandbox is not sbx:
+                self._adopt(sbx)
+        if self._gone is not None:
+            return None
+        return self._sandbox
+
+    async def ask(self, call: t.Callable[[AsyncSandbox], t.Awaitable[dict[str, t.Any]]]) -> dict[str, t.Any] | None:
+        """A quick question to the sandbox (completion, inspection); None if it cannot answer."""
+        sbx = await self.current()
+        if sbx is None:
+            return None
+        try:
+            return await call(sbx)
+        except (SandboxGone, SandboxNotFound) as exc:
+            self.mark_gone(exc.message)
+        except SandboxError as exc:
+            self.log.warning("sandbox request failed: %s", exc)
+        return None
+
+    def mark_gone(self, why: str) -> None:
+        """Forget the sandbox; the next cell gets a new one and hears why."""
+        old = self._sandbox
+        if old is None:
+            return
+        self._gone = _Gone(old.id, why, list(self.pushed))
+        self.pushed = []
+        self._sandbox = None
+        self.sandbox_id = None
+        asyncio.get_running_loop().create_task(self._discard(old))
+
+    async def _discard(self, sbx: AsyncSandbox) -> None:
+        # A dead sandbox may hold resources on the server until deleted; deleting one
+        # that already expired or was deleted is a no-op.
+        try:
+            await sbx.delete()
+        except SandboxError as exc:
+            self.log.debug("could not delete gone sandbox %s: %s", sbx.id, exc)
+        finally:
+            await sbx.close()

@@ -1,0 +1,107 @@
+"""What arrives on ipykernel's control thread: interrupt and shutdown.
+
+That thread has its own event loop, and an httpx client belongs to one loop, so these
+methods attach short-lived clients of their own and read only plain attributes
+(`sandbox_id`, `server_config`) of the lifecycle. A mixin of `SandboxLifecycle`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import typing as t
+
+import httpx
+
+from sandbox.client import AsyncSandbox, SandboxError
+
+CONTROL_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+
+
+class ControlThread:
+    """Interrupting the running cell, and deleting the sandbox at shutdown."""
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell: in the sandbox if the code runs there, else the
+        kernel's own part of it (waiting for the server, uploading a file)."""
+        cell = self._cell
+        if cell is None:
+            if self.comms_in_flight:
+                await self._interrupt_remote()  # a widget's handler running long
+            return
+        if cell.waiting is not None:
+            cell.loop.call_soon_threadsafe(cell.waiting.cancel)
+        sid, config = self.sandbox_id, self.server_config
+        if cell.remote and sid and config is not None:
+            sbx = AsyncSandbox(sid, config=config, timeout=CONTROL_TIMEOUT)
+            try:
+                deadline = time.monotonic() + 3.0
+                # The execute request may not have reached the sandbox's runtime yet
+                # ("nothing running"): try again briefly rather than lose the interrupt.
+                while cell is self._cell and cell.remote:
+                    try:
+                        if await sbx.interrupt():
+                            return
+                    except SandboxError as exc:
+                        self.log.warning("interrupt via the server failed: %s", exc)
+                        break
+                    if time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    return
+            finally:
+                await sbx.close()
+        # Cancelling the cell also closes its execute stream, which makes the server
+        # interrupt the cell: the fallback when the interrupt call did not get through.
+        cell.loop.call_soon_threadsafe(cell.task.cancel)
+
+    async def _interrupt_remote(self) -> None:
+        async with self._control_client() as sbx:
+            if sbx is not None:
+                try:
+                    await sbx.interrupt()
+                except SandboxError as exc:
+                    self.log.warning("interrupt via the server failed: %s", exc)
+
+    @contextlib.asynccontextmanager
+    async def _control_client(self) -> t.AsyncIterator[AsyncSandbox | None]:
+        """A client of its own for the control thread (see the module's docstring), closed
+        after use, never deleting the sandbox; None when there is no sandbox."""
+        sid, config = self.sandbox_id, self.server_config
+        if not sid or config is None:
+            yield None
+            return
+        sbx = AsyncSandbox(sid, config=config, timeout=CONTROL_TIMEOUT)
+        try:
+            yield sbx
+        finally:
+            await sbx.close()
+
+    async def shutdown(self) -> None:
+        """Delete the sandbox, including one still being created."""
+        self.shutting_down = True
+        deadline = time.monotonic() + 10.0
+        while self._creations_in_flight and self.sandbox_id is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        async with self._control_client() as sbx:
+            if sbx is None:
+                return
+            try:
+                await sbx.delete()
+            except SandboxError as exc:
+                self.log.warning("could not delete sandbox %s: %s", sbx.id, exc)
+        self.sandbox_id = None
+
+    def delete_now(self) -> None:
+        """Blocking delete for a signal handler, where no event loop can be relied on."""
+        sid, config = self.sandbox_id, self.server_config
+        if not sid or config is None:
+            return
+        try:
+            with httpx.Client(transport=config.endpoint.transport(), headers=config.headers, timeout=3.0) as client:
+                client.delete(f"{config.endpoint.base_url}/v1/sandboxes/{sid}")
+        except httpx.HTTPError:
+            pass
+        self.sandbox_id = None

@@ -1,0 +1,43 @@
+"""What every kernel magic shares: how a call looks once parsed, what the kernel offers a
+magic while it runs (`MagicHost`), and the usage line of each magic."""
+
+from __future__ import annotations
+
+import pathlib
+import typing as t
+from dataclasses import dataclass
+
+from sandbox.client import AsyncSandbox
+
+HELP = {
+    "push": "%push LOCAL [DEST]: upload files (globs like data/*.csv, folders) from the notebook's folder into /workspace",
+    "pull": "%pull [--force] REMOTE [LOCAL]: download files (globs like out/*.png) from /workspace into the "
+    "notebook's folder; --force replaces existing files",
+    "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits, isolation and egress policy",
+    "ttl": "%ttl: show the time left; %ttl renew: restart the countdown at the current TTL; "
+           "%ttl extend SECONDS: expire that far from now, once (the TTL each cell renews to is unchanged); "
+           "%ttl set SECONDS: change the TTL each cell renews to",
+}
+
+
+@dataclass(frozen=True)
+class MagicCall:
+    name: str
+    args: list[str]
+    line: str
+
+
+class MagicHost(t.Protocol):
+    """What a magic needs from the kernel."""
+
+    cwd: pathlib.Path
+    airlock_root: pathlib.Path  # the only host folder %push reads and %pull writes (see airlock)
+    outputs_mode: str
+    pushed: list[str]
+    server_url: str
+
+    async def sandbox(self) -> AsyncSandbox: ...
+
+    def stdout(self, text: str) -> None: ...
+
+    def display(self, data: dict[str, t.Any], *, display_id: str, update: bool = False) -> None: ...
