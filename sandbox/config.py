@@ -93,6 +93,10 @@ class ServiceConfig(Configurable):
     node_id = Unicode("", help="This node's name in a cluster (e.g. the Kubernetes node name): it is put in every "
                       "sandbox id, so that a gateway routes each call to the node that holds the sandbox.").tag(config=True)
     draining = Bool(False, help="Start draining: no new sandboxes, existing ones run out.").tag(config=True)
+    usage_record_seconds = Float(60.0, help="How often each sandbox's usage record is written while it lives "
+                                 "(it is also written when it ends): what a crash of its supervisor can lose.").tag(config=True)
+    metrics_port = Int(0, help="Also serve /metrics without authentication on 127.0.0.1:PORT, for a local "
+                       "Prometheus (0: only /metrics on the API, behind its authentication).").tag(config=True)
 
     @validate("node_id")
     def _check_node_id(self, proposal):

@@ -33,6 +33,7 @@ from .paths import StateDir
 from .runtime import vocabulary as V
 from .runtime.protocol import ProtocolError, read_frame, write_frame
 from .tenancy import Link, Tenancy
+from .usage import meter, store as usage_store
 
 log = logging.getLogger("sandbox.manager")
 
@@ -116,6 +117,7 @@ class SandboxManager:
         self.egress = EgressService(config.state_dir, hosts=config.egress_hosts, upstream_ca=config.egress_ca_file,
                                     own_addresses=own_addresses(config), pip_index=config.egress_pip_index)
         self.waking: dict[str, asyncio.Lock] = {}  # per paused sandbox: one restore at a time
+        self.usage_store = usage_store.UsageStore(usage_store.path_in(self.state_dir.root))
 
     # --------------------------------------------------------------- startup
     def prepare(self, progress=print) -> None:
@@ -217,12 +219,25 @@ class SandboxManager:
 
     def _bury(self, sandbox_id: str, record: dict, d: str) -> None:
         self.ended[sandbox_id] = record
+        self._record_usage(sandbox_id, record)
         self.egress.close(sandbox_id)
         self.tenancy.unwatch(sandbox_id)
         # What a killed supervisor left (its cgroup, its workspace's mount); the workspaces of
         # ended sandboxes are removed, the small state file stays as a tombstone.
         HostResources.left_behind(d, record).release()
         shutil.rmtree(host.workspace_dir(d), ignore_errors=True)
+
+    def _record_usage(self, sandbox_id: str, record: dict) -> None:
+        """Complete an ended sandbox's usage record: its egress (counted here), and the row
+        itself when its supervisor could not write its last (see usage/store.py)."""
+        try:
+            usage_store.complete(self.usage_store, record, usage_store.owner_name(self.tenancy.owner_of(sandbox_id)),
+                                 statefile.iso(time.time()))
+            egress = self.egress.describe(sandbox_id)
+            if egress is not None:
+                usage_store.add_egress(self.usage_store, sandbox_id, egress["usage"])
+        except Exception:  # sqlite3.Error, OSError: reported; the sandbox is buried all the same
+            log.exception("could not complete the usage record of %s", sandbox_id)
 
     async def stop(self) -> None:
         """End the warm pool (its sandboxes hold nobody's state) and, with
@@ -691,6 +706,7 @@ class SandboxManager:
             "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path, "bwrap_version": self.bwrap_version,
             "unsafe_test_only_layers_off": testonly.honoured(self.config),
             "isolation_backend": isolation, "on_idle": on_idle,
+            "usage_record_seconds": self.config.usage_record_seconds,
         }
         if egress is not None:
             spec["egress"] = await self.egress.prepare(sandbox_id, d, egress, uid, owner)
@@ -874,6 +890,8 @@ class SandboxManager:
         egress = self.egress.describe(handle.id)
         if egress is not None:
             out["egress"] = egress
+        if record.get("usage") is not None:
+            out["usage"] = meter.public(record["usage"], egress)
         if (record.get("isolation") or {}).get("backend") == V.GVISOR:
             out["on_idle"] = record.get("on_idle") or V.ON_IDLE_DELETE
             out["paused_at"] = record.get("paused_at")

@@ -7,6 +7,7 @@ import re
 
 from . import __version__, schemas
 from .runtime import vocabulary as V
+from .usage import meter
 
 ERROR = {
     "type": "object",
@@ -51,6 +52,13 @@ INFO = {
 COMMAND_ID = {"name": "command_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 IMAGE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 SANDBOX_REF = {"$ref": "#/components/schemas/Sandbox"}
+SANDBOX_USAGE = {
+    "type": "object", "description": "What the sandbox uses, from its cgroup and workspace (docs/api.md, `usage`).",
+    "properties": {**{k: {"type": "number"} for k in (*meter.FIELDS, "egress_bytes_in", "egress_bytes_out")},
+                   "sampled_at": {"type": ["string", "null"], "format": "date-time"}},
+}
+SANDBOX = {"type": "object", "required": ["id", "state"],
+           "properties": {"id": {"type": "string"}, "state": {"type": "string"}, "usage": SANDBOX_USAGE}}
 SECRET_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 128}}
 SECRET_VIEW = {"type": "object", "required": ["name", "hosts"],
                "properties": {"name": {"type": "string"}, "hosts": {"type": "array", "items": {"type": "string"}}},
@@ -123,8 +131,7 @@ def document(endpoints) -> dict:
                  "description": "Stateful Python sandboxes: create, execute (NDJSON events), files, lifecycle."},
         "paths": paths,
         "components": {
-            "schemas": {"Error": ERROR, "ExecuteEvent": execute_event_schema(), "Sandbox": {"type": "object", "required": ["id", "state"],
-                                                    "properties": {"id": {"type": "string"}, "state": {"type": "string"}}}},
+            "schemas": {"Error": ERROR, "ExecuteEvent": execute_event_schema(), "Sandbox": SANDBOX},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

@@ -67,6 +67,8 @@ class EgressSession:
     owner: int | None = None  # whose secrets the placeholders stand for
     requests: int = 0
     bytes: int = 0
+    bytes_out: int = 0  # sent by the sandbox (requests, the client's side of a tunnel)
+    bytes_in: int = 0  # received by the sandbox
     refused: int = 0
     server: asyncio.AbstractServer | None = field(default=None, repr=False)
 
@@ -75,13 +77,20 @@ class EgressSession:
             raise BudgetExceeded(f"this sandbox's egress request budget ({self.policy.max_requests}) is used up")
         self.requests += 1
 
-    def take_bytes(self, count: int) -> None:
+    def take_bytes(self, count: int, key: str) -> None:
+        """Count ``count`` bytes against the budget; ``key`` "bytes_up" (out of the sandbox)
+        or "bytes_down" (into it), as the request's log line names them."""
         self.bytes += count
+        if key == "bytes_up":
+            self.bytes_out += count
+        else:
+            self.bytes_in += count
         if self.bytes > self.policy.max_bytes:
             raise BudgetExceeded(f"this sandbox's egress byte budget ({self.policy.max_bytes}) is used up")
 
     def usage(self) -> dict:
-        return {"requests": self.requests, "bytes": self.bytes, "refused": self.refused}
+        return {"requests": self.requests, "bytes": self.bytes, "bytes_out": self.bytes_out,
+                "bytes_in": self.bytes_in, "refused": self.refused}
 
 
 class Resolver:
@@ -225,7 +234,7 @@ class EgressProxy:
             else:
                 early = conn.trailing_data[0]
                 if early:
-                    session.take_bytes(len(early))
+                    session.take_bytes(len(early), "bytes_up")
                     up_writer.write(early)
                 await _splice(session, reader, writer, up_reader, up_writer, record)
         finally:
@@ -269,7 +278,7 @@ class EgressProxy:
         while True:  # the request's body
             event = await _next_event(conn, reader)
             if isinstance(event, h11.Data):
-                session.take_bytes(len(event.data))
+                session.take_bytes(len(event.data), "bytes_up")
                 record["bytes_up"] = record.get("bytes_up", 0) + len(event.data)
                 up_writer.write(client.send(event))
             elif isinstance(event, h11.EndOfMessage):
@@ -290,7 +299,7 @@ class EgressProxy:
         while True:
             event = await _next_event(client, up_reader)
             if isinstance(event, h11.Data):
-                session.take_bytes(len(event.data))
+                session.take_bytes(len(event.data), "bytes_down")
                 record["bytes_down"] = record.get("bytes_down", 0) + len(event.data)
                 writer.write(conn.send(event))
                 await writer.drain()
@@ -375,7 +384,7 @@ async def _splice(session, reader, writer, up_reader, up_writer, record) -> None
     async def pump(src, dst, key):
         try:
             while data := await src.read(CHUNK):
-                session.take_bytes(len(data))
+                session.take_bytes(len(data), key)
                 record[key] = record.get(key, 0) + len(data)
                 dst.write(data)
                 await dst.drain()

@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 
 ROOT = "/sys/fs/cgroup"
 CONTROLLERS = ("memory", "pids", "cpu")
+# v1 only: CPU time is counted by cpuacct (often its own hierarchy, or co-mounted as
+# "cpu,cpuacct"); it limits nothing, so it is joined for the usage figures alone. On v2
+# every group's cpu.stat counts CPU time, whichever controllers are delegated.
+V1_ACCOUNTING = ("cpuacct",)
 GROUP_PREFIX = "sandbox-kernel"
 
 
@@ -55,15 +59,15 @@ def _writable_dir(path: str) -> bool:
 def detect() -> CgroupSupport:
     v1, v2 = _own_paths()
     parents = {}
-    for ctrl in CONTROLLERS:
+    for ctrl in CONTROLLERS + V1_ACCOUNTING:
         if ctrl in v1:
             base = os.path.join(ROOT, ctrl)
-            if not os.path.ismount(base) and ctrl == "cpu":
+            if not os.path.ismount(base) and ctrl in ("cpu", "cpuacct"):
                 base = os.path.join(ROOT, "cpu,cpuacct")
             parent = os.path.join(base, v1[ctrl].lstrip("/"))
             if _writable_dir(parent):
                 parents[ctrl] = parent
-    if parents:
+    if set(parents) - set(V1_ACCOUNTING):
         return CgroupSupport("v1", parents, "cgroup v1 hierarchies: " + ", ".join(sorted(parents)))
     if v2 is not None:
         unified = ROOT if os.path.exists(os.path.join(ROOT, "cgroup.controllers")) else os.path.join(ROOT, "unified")
@@ -78,6 +82,24 @@ def detect() -> CgroupSupport:
             return CgroupSupport("v2", {c: own for c in usable}, "cgroup v2 controllers: " + ", ".join(usable))
         return CgroupSupport(None, {}, f"cgroup v2 at {own} has no delegated controllers (has: {' '.join(available) or 'none'})")
     return CgroupSupport(None, {}, "no writable cgroup hierarchy for this process")
+
+
+def parse_number(text: str) -> int:
+    """A single-number cgroup file (``memory.current``, ``pids.current``...); 0 for "max",
+    empty (the group is gone) or anything else that is not a count."""
+    text = text.strip()
+    return int(text) if text.isdigit() else 0
+
+
+def parse_keyed(text: str) -> dict[str, int]:
+    """A flat-keyed cgroup file, one ``key value`` a line (``cpu.stat``, ``memory.stat``,
+    ``memory.events``, v1's ``memory.oom_control``)."""
+    found = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            found[key] = int(value)
+    return found
 
 
 def _write(path: str, value: str) -> None:
@@ -190,37 +212,56 @@ class SandboxCgroup:
         if not d:
             return 0
         text = _read(os.path.join(d, "memory.oom_control" if self.version == "v1" else "memory.events"))
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-        return 0
+        return parse_keyed(text).get("oom_kill", 0)
 
     def pids_limit_hits(self) -> int:
         d = self.dirs.get("pids")
         if not d:
             return 0
-        for line in _read(os.path.join(d, "pids.events")).splitlines():
-            key, _, value = line.partition(" ")
-            if key == "max":
-                return int(value)
-        return 0
+        return parse_keyed(_read(os.path.join(d, "pids.events"))).get("max", 0)
 
     def memory_peak(self) -> int:
         d = self.dirs.get("memory")
         if not d:
             return 0
         name = "memory.max_usage_in_bytes" if self.version == "v1" else "memory.peak"
-        value = _read(os.path.join(d, name)).strip()
-        return int(value) if value.isdigit() else 0
+        return parse_number(_read(os.path.join(d, name)))
 
     def memory_usage(self) -> int:
         d = self.dirs.get("memory")
         if not d:
             return 0
         name = "memory.usage_in_bytes" if self.version == "v1" else "memory.current"
-        value = _read(os.path.join(d, name)).strip()
-        return int(value) if value.isdigit() else 0
+        return parse_number(_read(os.path.join(d, name)))
+
+    def memory_working_set(self) -> int:
+        """Memory in use less the page cache the kernel would drop first (inactive files),
+        as ``docker stats`` and the kubelet count it: a sandbox that wrote a large file is
+        not near its limit for that. The limit itself is enforced on ``memory_usage``."""
+        d = self.dirs.get("memory")
+        if not d:
+            return 0
+        stat = parse_keyed(_read(os.path.join(d, "memory.stat")))
+        inactive = stat.get("total_inactive_file" if self.version == "v1" else "inactive_file", 0)
+        usage = self.memory_usage()
+        return max(0, usage - inactive) if inactive <= usage else usage
+
+    def cpu_seconds(self) -> float:
+        """CPU time used by every process in the group (user + system), in seconds."""
+        if self.version == "v1":
+            d = self.dirs.get("cpuacct")
+            return parse_number(_read(os.path.join(d, "cpuacct.usage"))) / 1e9 if d else 0.0
+        d = next(iter(self.dirs.values()), None)
+        if not d:
+            return 0.0
+        return parse_keyed(_read(os.path.join(d, "cpu.stat"))).get("usage_usec", 0) / 1e6
+
+    def processes(self) -> int:
+        """Tasks in the group now (threads count on both versions, as the pids limit does)."""
+        d = self.dirs.get("pids")
+        if d:
+            return parse_number(_read(os.path.join(d, "pids.current")))
+        return len(self.pids())
 
     def kill_all(self, timeout: float = 5.0) -> bool:
         """SIGKILL every process in the group until it is empty; True when it is."""

@@ -345,6 +345,8 @@ def is_json_mime(mime: str) -> bool:
 DONE_EXTRA_FIELDS: dict[str, FieldSpec] = {
     "expires_at": FieldSpec(Kind.STR, required=False, nullable=True),
     "sandbox_state": FieldSpec(Kind.STR, required=False, choices=STATES),
+    # a cell's done: its sandbox's memory now and at its peak, and CPU time, after the cell
+    "usage": FieldSpec(Kind.OBJECT, required=False),
     # a command's done
     "exit_code": FieldSpec(Kind.INT, required=False, nullable=True),
     "signal": FieldSpec(Kind.INT, required=False, nullable=True),

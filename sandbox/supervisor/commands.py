@@ -131,6 +131,7 @@ class CommandSession(Session):
 
     async def _finish(self, run: CommandRun, done: dict) -> None:
         record = self.record
+        self.supervisor.usage.meter.count_command()
         record.touch()
         record.save_soon_if_running()
         if self.dropped:

@@ -116,6 +116,7 @@ class ControlServer:
             cgroup.set_limits(limits.get("memory_mb"), limits.get("pids"), limits.get("cpus"))
         record["limits"] = limits
         supervisor.spec["limits"] = limits
+        supervisor.usage.meter.start_billing()
         supervisor.spec["max_lifetime_seconds"] = request["max_lifetime_seconds"]
         record.touch()
         record.save()

@@ -118,6 +118,12 @@ def merge_streams(first: dict, queue: asyncio.Queue) -> tuple[dict, dict | None]
     return merged, held
 
 
+def cell_usage(usage: dict) -> dict:
+    """What a cell's ``done`` carries of its sandbox's usage: enough for the kernel to warn
+    that memory is close to the limit, and to say the peak an out-of-memory end reached."""
+    return {k: usage[k] for k in ("memory_bytes", "memory_peak_bytes", "cpu_seconds")}
+
+
 class ExecuteSession(Session):
     """Runs one execute request for the caller on ``reader``/``writer``; a comm message from
     the frontend (op ``comm``) runs the same way, its handlers being the cell."""
@@ -218,10 +224,13 @@ class ExecuteSession(Session):
                 V.STDERR, f"\n[sandbox: {cell.dropped} bytes of output over the limit of "
                           f"{self.supervisor.spec['limits']['output_bytes']} bytes were dropped]\n"))
         truncated = bool(done.get("truncated")) or bool(cell.dropped) or cell.cut
+        meter = self.supervisor.usage.meter
+        if self.request.get("op", V.OP_EXECUTE) == V.OP_EXECUTE:
+            meter.count_execute()
         await self.send(record.done_event(
             done.get("status", V.ERROR), execution_count=done.get("execution_count"),
             duration=done.get("duration") or 0.0, truncated=truncated, reason=done.get("reason"),
-            **{k: done[k] for k in REPLY_EXTRAS if k in done}))
+            usage=cell_usage(meter.sample(with_disk=False)), **{k: done[k] for k in REPLY_EXTRAS if k in done}))
 
     async def _interrupt_quietly(self, cell: CellRun, why: dict) -> None:
         try:

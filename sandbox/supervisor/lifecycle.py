@@ -22,6 +22,7 @@ from .death import death_cause
 from .launch import LaunchFailed, exit_code, launch
 from .pausing import forget_container, restored
 from .record import StateRecord, iso
+from .usage import UsageJob
 
 
 class Supervisor:
@@ -37,6 +38,7 @@ class Supervisor:
         if restoring:
             self.record.resume_from_disk()
         self.host = HostResources(sandbox_dir, self.spec)
+        self.usage = UsageJob(self, restoring)
         self.finished = asyncio.Event()
         self.channel = RuntimeChannel(self.spec, self.finished, self.kill)
         self.exec_lock = asyncio.Lock()  # cells run one at a time, in the order they came
@@ -50,6 +52,8 @@ class Supervisor:
         fields["commands_running"] = len(self.channel.commands)
         if self.host.cgroup is not None:
             fields["memory_bytes"] = self.host.cgroup.memory_usage()
+        if self.proc is not None and self.proc.returncode is None:
+            fields["usage"] = dict(self.usage.meter.sample())
         return fields
 
     async def start(self) -> None:
@@ -75,7 +79,7 @@ class Supervisor:
                 # began: a cold start on a busy host may take longer than a short TTL.
                 self.record.touch()
         self.tasks = [launched.log_task, asyncio.create_task(self.channel.read(reader)),
-                      asyncio.create_task(self._watch_process()), asyncio.create_task(watch_deadlines(self))]
+                      asyncio.create_task(self._watch_process()), asyncio.create_task(watch_deadlines(self)), asyncio.create_task(self.usage.run())]
         if self.restoring:
             await restored(self, started)
 
@@ -124,12 +128,14 @@ class Supervisor:
         paused = self.record["state"] == V.PAUSED  # its workspace and checkpoint stay for the restore
         if self.proc is not None and self.proc.returncode is None:
             await self.kill(*(self.kill_reason or (V.KILLED, "the supervisor ended")))
+        self.usage.finish()
         await asyncio.to_thread(self.host.release, paused)
         if paused:
             self.record.pop("cgroup_dirs", None)  # released: a later server has nothing to clean up
         if self.spec.get("isolation_backend") == V.GVISOR:
             await asyncio.to_thread(forget_container, self.dir, paused)
         self.record["ended_at"] = iso(time.time())
+        await asyncio.to_thread(self.usage.write, not paused)
         self.record.save_if_possible()
         try:
             os.unlink(socket_path(self.dir))
