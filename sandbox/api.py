@@ -32,6 +32,7 @@ from .images import ImageError
 from .isolation import host
 from .manager import Handle, SandboxManager
 from .runtime import vocabulary as V
+from .usage.metrics import CONTENT_TYPE as METRICS_TYPE, ServerMetrics
 from .openapi import (COMMAND_ID, FILE_LIST, FILE_PATH, IMAGE_NAME, INFO, SANDBOX_ID, SANDBOX_REF, SECRET_NAME,
                       SECRET_VIEW, document, json_body, op)
 
@@ -148,6 +149,14 @@ async def openapi(request: Request):
     return JSONResponse(openapi_document())
 
 
+async def metrics(request: Request):
+    """Prometheus' text format. A tenant of a shared server may not read it (it counts
+    everyone's sandboxes); the loopback scrape port (metrics_port) is open (sandbox/auth.py)."""
+    if caller_of(request).tenant is not None:
+        admin_only(request, "reading the metrics")
+    return Response(await asyncio.to_thread(request.app.state.metrics.exposition), media_type=METRICS_TYPE)
+
+
 # ------------------------------------------------------------------- sandboxes
 async def create(request: Request):
     data = await body(request, schemas.CREATE)
@@ -155,7 +164,9 @@ async def create(request: Request):
     if data.get("end_with_caller") and caller.peer is None:
         raise ApiError(422, "invalid_request", "end_with_caller needs the server's unix socket, where the server "
                                                "knows the calling process; over TCP it cannot")
-    return JSONResponse(await manager_of(request).create(data, owner=caller.tenant, caller=caller.peer), status_code=201)
+    created = await manager_of(request).create(data, owner=caller.tenant, caller=caller.peer)
+    request.app.state.metrics.created(created)
+    return JSONResponse(created, status_code=201)
 
 
 async def put_secret(request: Request):
@@ -203,19 +214,25 @@ async def renew(request: Request):
 
 
 async def pause(request: Request):
-    return JSONResponse(await manager_of(request).pause(visible(request)))
+    handle = visible(request)
+    with request.app.state.metrics.timing("pause"):
+        return JSONResponse(await manager_of(request).pause(handle))
 
 
 async def resume(request: Request):
     manager, handle = manager_of(request), visible(request)
-    await manager.wake(handle)
+    with request.app.state.metrics.timing("resume"):
+        await manager.wake(handle)
     return JSONResponse(manager.describe(handle))
 
 
 async def fork(request: Request):
     manager, handle = manager_of(request), visible(request)
     data = await body(request, schemas.FORK)
-    return JSONResponse(await manager.fork(handle, data, owner=caller_of(request).tenant), status_code=201)
+    with request.app.state.metrics.timing("fork"):
+        forked = await manager.fork(handle, data, owner=caller_of(request).tenant)
+    request.app.state.metrics.created(forked)
+    return JSONResponse(forked, status_code=201)
 
 
 async def interrupt(request: Request):
@@ -253,6 +270,8 @@ async def stream_execute(request: Request, data: dict, op: str):
     manager, handle = manager_of(request), visible(request)
     restored = await manager.wake(handle)
     events = await manager.open_execute(handle, data, op)
+    if op == V.OP_EXECUTE:
+        events = request.app.state.metrics.timed_execute(events)
     # the first call after a pause waited for the restore: say so
     return ndjson(events, first=V.stream_event(V.STDERR, restored) if restored else None)
 
@@ -395,6 +414,10 @@ ENDPOINTS = (
     Endpoint("POST", "/v1/node/drain", drain, op("Drain this node (no new sandboxes; existing ones run out), or undo it",
                                                  body=json_body(schemas.DRAIN), errors=(400, 401, 413, 422))),
     Endpoint("GET", "/v1/openapi.json", openapi, None),
+    Endpoint("GET", "/metrics", metrics, op(
+        "Prometheus metrics (text format 0.0.4): sandboxes by state and tier, creates, executes and their latency, "
+        "the warm pool, egress, usage totals, pause/resume/fork times, the server's own memory and descriptors",
+        content=METRICS_TYPE, errors=(401, 403), ok_schema={"type": "string"})),
     Endpoint("POST", "/v1/sandboxes", create, op(
         "Create (or claim from the warm pool) a sandbox; limits over the per-sandbox maxima get 422 "
         "limit_exceeded, past the server's totals 409 capacity_exceeded", ok="201", body=json_body(schemas.CREATE),
@@ -484,7 +507,7 @@ def openapi_document() -> dict:
     return document(ENDPOINTS)
 
 
-def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> Starlette:
+def build_app(manager: SandboxManager, token: str, multi_user: bool = False, scrape_port: int = 0) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await manager.start()
@@ -494,8 +517,9 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False) -> 
             await manager.stop()
 
     app = Starlette(routes=[e.route() for e in ENDPOINTS], lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
-    app.add_middleware(Auth, token=token, multi_user=multi_user)
+    app.add_middleware(Auth, token=token, multi_user=multi_user, scrape_port=scrape_port)
     app.state.manager = manager
+    app.state.metrics = ServerMetrics(manager)
     app.state.multi_user = multi_user
     return app
 

@@ -98,11 +98,23 @@ class Auth:
 
     OPEN_PATHS = {"/v1/health"}
 
-    def __init__(self, app: t.Any, token: str, multi_user: bool = False, owner_uid: int | None = None) -> None:
+    METRICS_PATH = "/metrics"
+
+    def __init__(self, app: t.Any, token: str, multi_user: bool = False, owner_uid: int | None = None,
+                 scrape_port: int = 0) -> None:
+        """``scrape_port``: the loopback port (metrics_port) where /metrics, and only it, is open."""
         self.app = app
         self.expected = f"Bearer {token}".encode()
         self.multi_user = multi_user
         self.owner_uid = os.geteuid() if owner_uid is None else owner_uid
+        self.scrape_port = scrape_port
+
+    def _is_open(self, scope: dict) -> bool:
+        if scope["path"] in self.OPEN_PATHS:
+            return True
+        server = scope.get("server") or ()
+        return bool(self.scrape_port) and scope["path"] == self.METRICS_PATH and len(server) == 2 \
+            and server[1] == self.scrape_port
 
     def _identify(self, scope: dict) -> Caller:
         peer: Peer | None = scope.get("state", {}).get(PEER_KEY)
@@ -120,7 +132,7 @@ class Auth:
     async def __call__(self, scope: dict, receive: t.Any, send: t.Any) -> None:
         if scope["type"] == "http":
             try:
-                caller = self._identify(scope) if scope["path"] not in self.OPEN_PATHS else Caller(None)
+                caller = Caller(None) if self._is_open(scope) else self._identify(scope)
             except ApiError as exc:
                 response = JSONResponse(exc.body(), status_code=exc.status)
                 if exc.status == 401:

@@ -132,6 +132,10 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         out(f"refusing to listen on {tcp[0]}: a non-loopback address needs an explicit token "
             "(set SANDBOX_KERNEL_TOKEN or --token)")
         return 2
+    if config.metrics_port and tcp is not None and config.metrics_port == tcp[1]:
+        out(f"refusing to start: metrics_port {config.metrics_port} is the API's port; /metrics is open on "
+            "metrics_port, so it must be a port of its own")
+        return 2
     conflicts = config.defaults_over_maxima()
     if conflicts:
         out("refusing to start: a default limit is over its maximum: " + "; ".join(conflicts))
@@ -174,6 +178,8 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     try:
         if tcp is not None:
             listeners.append(bind_tcp(*tcp))
+        if config.metrics_port:  # /metrics alone, without the token, for a Prometheus on this host
+            listeners.append(bind_tcp("127.0.0.1", config.metrics_port))
             url = f"http://{tcp[0]}:{tcp[1]}" if ":" not in tcp[0] else f"http://[{tcp[0]}]:{tcp[1]}"
         manager = SandboxManager(config)
         manager.protections = items  # probed once: /v1/info must not spawn a bwrap per request
@@ -186,7 +192,7 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
             out(f"not starting: cannot listen on {url or tcp}: {exc.strerror or exc}")
             return 2
         raise
-    app = build_app(manager, token, multi_user=config.multi_user)
+    app = build_app(manager, token, multi_user=config.multi_user, scrape_port=config.metrics_port)
     server = _Server(uvicorn.Config(app, log_level=log_level, http=_http_protocol(),
                                     timeout_graceful_shutdown=10, access_log=log_level == "debug"))
     server.manager = manager

@@ -124,6 +124,15 @@ class EgressProxy:
         self.upstream_ssl.set_alpn_protocols(["http/1.1"])
         self.own_addresses = own_addresses or set()  # the sandbox server's own (address, port)s
         self.sessions: dict[str, EgressSession] = {}
+        self.closed = {"requests": 0, "refused": 0, "bytes_in": 0, "bytes_out": 0}  # of sessions closed since start
+
+    def totals(self) -> dict[str, int]:
+        """Requests, refusals and bytes of every session since the server started (metrics)."""
+        totals = dict(self.closed)
+        for session in self.sessions.values():
+            for key in totals:
+                totals[key] += getattr(session, key)
+        return totals
 
     async def open(self, sandbox_id: str, policy: EgressPolicy, placeholders: dict[str, str],
                    socket_path: str, *, sandbox_uid: int | None = None, owner: int | None = None) -> EgressSession:
@@ -141,7 +150,11 @@ class EgressProxy:
 
     def close(self, sandbox_id: str) -> None:
         session = self.sessions.pop(sandbox_id, None)
-        if session is None or session.server is None:
+        if session is None:
+            return
+        for key in self.closed:
+            self.closed[key] += getattr(session, key)
+        if session.server is None:
             return
         session.server.close()
         with contextlib.suppress(FileNotFoundError):

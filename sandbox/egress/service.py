@@ -155,6 +155,12 @@ class EgressService:
         if self._proxy is not None:
             self._proxy.close(sandbox_id)
 
+    def totals(self) -> dict[str, int]:
+        """Egress requests, refusals and bytes since the server started (the metrics' counters)."""
+        if self._proxy is None:
+            return {"requests": 0, "refused": 0, "bytes_in": 0, "bytes_out": 0}
+        return self._proxy.totals()
+
     def describe(self, sandbox_id: str) -> dict | None:
         """The policy in force and what the sandbox has used of its budgets (for GET and
         %sandbox): the secrets by name and the variable that holds each placeholder."""

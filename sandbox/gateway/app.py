@@ -23,10 +23,12 @@ from starlette.routing import Route
 
 from .. import __version__, schemas
 from ..api import EXCEPTION_HANDLERS, TokenAuth, openapi_document, read_body
+from ..usage.metrics import CONTENT_TYPE as METRICS_TYPE
 from ..errors import ApiError
 from ..openapi import error_responses, json_body, op
 from . import placement
 from .config import GatewayConfig
+from .metrics import GatewayMetrics
 from .nodes import NODE_UNAVAILABLE, Node, NodeTable
 from .proxy import NotSent, Proxy
 
@@ -58,6 +60,10 @@ async def info(request: Request):
 
 async def openapi(request: Request):
     return JSONResponse(gateway_openapi())
+
+
+async def metrics(request: Request):
+    return Response(request.app.state.metrics.exposition(), media_type=METRICS_TYPE)
 
 
 async def nodes(request: Request):
@@ -160,6 +166,7 @@ ROUTES = [
     Route("/v1/health", health, methods=["GET"]),
     Route("/v1/info", info, methods=["GET"]),
     Route("/v1/openapi.json", openapi, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
     Route("/v1/nodes", nodes, methods=["GET"]),
     Route("/v1/nodes/{node_id}/drain", drain, methods=["POST"]),
     Route("/v1/sandboxes", create, methods=["POST"]),
@@ -179,6 +186,7 @@ def build_gateway_app(config: GatewayConfig, table: NodeTable) -> Starlette:
     app.state.table = table
     app.state.proxy = Proxy(table)
     app.state.config = config
+    app.state.metrics = GatewayMetrics(table)
     return app
 
 

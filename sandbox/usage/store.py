@@ -123,12 +123,13 @@ class UsageStore:
             return [dict(row) for row in db.execute(query + " ORDER BY created_at, sandbox_id", args)]
 
     def totals(self) -> dict[str, float]:
-        """Every total summed over every record (the metrics' usage counters)."""
+        """Every total summed over every record, and ``records`` (the metrics' usage counters)."""
         if not os.path.exists(self.path):
-            return {name: 0.0 for name in TOTALS}
+            return {name: 0.0 for name in TOTALS} | {"records": 0}
         with self._connect() as db:
-            row = db.execute(f"SELECT {', '.join(f'COALESCE(SUM({n}), 0)' for n in TOTALS)} FROM usage_records").fetchone()
-        return dict(zip(TOTALS, row))
+            row = db.execute(f"SELECT {', '.join(f'COALESCE(SUM({n}), 0)' for n in TOTALS)}, COUNT(*) "
+                             "FROM usage_records").fetchone()
+        return dict(zip(TOTALS + ("records",), row))
 
 
 def complete(store: UsageStore, record: dict, owner: str, ended_at: str) -> None:

@@ -103,6 +103,19 @@ def test_gateway_info_and_nodes(gateway, node):
         assert "default" in [i["name"] for i in c.get("/v1/images").json()["images"]]
 
 
+def test_gateway_metrics(gateway):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with gateway.client() as c:
+        response = c.get("/metrics")
+        assert response.status_code == 200, response.text
+        families = {f.name: f for f in text_string_to_metric_families(response.text)}
+        assert [(s.labels, s.value) for s in families["sandbox_kernel_gateway_nodes"].samples] == [({"state": "up"}, 1)]
+        assert families["sandbox_kernel_process_open_fds"].samples[0].value > 0
+    with httpx.Client(base_url=gateway.url, timeout=30) as anonymous:
+        assert anonymous.get("/metrics").status_code == 401
+
+
 def test_the_node_reports_what_placement_needs_and_can_be_drained(node, gateway):
     with node.client() as n:
         info = n.get("/v1/info").json()
