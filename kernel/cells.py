@@ -21,7 +21,8 @@ from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFo
 from .failure import CellFailure
 from .host import host_cells_enabled, is_host_cell
 from .magics import run_magic, split_cell
-from .outputs import CellMapper, died_reason, error_reply, ok_reply, reply_payload, reply_user_expressions
+from .channels import input_prompt, reply_payload, reply_user_expressions
+from .outputs import CellMapper, died_reason, error_reply, ok_reply
 from .server import ServerStartError
 from .widgets import CommMessage
 
@@ -211,7 +212,8 @@ class CellRunner:
             if cell is not None:
                 cell.remote = False
         owed, reply = mapper.finish()
-        reply["payload"] = reply_payload(execution.payload, self.outputs_passthrough)
+        reply["payload"], notes = reply_payload(execution.payload, code, self.outputs_passthrough)
+        owed += notes
         if reply["status"] == "ok":
             reply["user_expressions"] = reply_user_expressions(execution.user_expressions, self.outputs_passthrough)
         for msg_type, content in owed:
@@ -232,9 +234,11 @@ class CellRunner:
             if kind == V.INPUT_REQUEST:
                 await self._answer_input(sbx, event, out)
             elif kind in V.COMM_MESSAGES:
-                message = self.comms.to_page(event)
-                if message is not None:
-                    out.comm(message)
+                relayed = self.comms.to_page(event)
+                if relayed.message is not None:
+                    out.comm(relayed.message)
+                for note in relayed.notes:
+                    out.stream("stderr", note)
             else:
                 for msg_type, content in mapper.feed(event):
                     out.send(msg_type, content)
@@ -245,7 +249,7 @@ class CellRunner:
         """Ask the frontend (its stdin channel) and hand the answer to the waiting cell. An
         interrupt cancels the question: the cell itself is interrupted in the sandbox."""
         cell = self._cell
-        question = asyncio.ensure_future(out.ask_input(str(event.get("prompt", "")), bool(event.get("password"))))
+        question = asyncio.ensure_future(out.ask_input(*input_prompt(event)))
         if cell is not None:
             cell.waiting = question
         try:

@@ -1,4 +1,4 @@
-"""Active sandbox output (HTML, JavaScript, SVG, Markdown) as an isolated frame.
+"""Active sandbox output (HTML, JavaScript, SVG, Markdown, LaTeX as MathML) as an isolated frame.
 
 JupyterLab runs the scripts of every `text/html` and `application/javascript` output of the
 session with the page's rights: its origin, its cookies, its token, its terminals. Output
@@ -161,6 +161,20 @@ def markdown_document(source: str) -> str:
     return document(MarkdownIt("commonmark", {"html": True}).enable("table").render(source))
 
 
+def sanitized_html(source: str) -> str:
+    """HTML that may sit in the page itself: `STATIC_TAGS` with no attribute at all, so
+    nothing in it runs, fetches, navigates or styles. The one sanitizer for sandbox HTML
+    outside a frame (static copies, the value of HTML widgets)."""
+    return nh3.clean(source, tags=STATIC_TAGS, attributes={}, strip_comments=True)
+
+
+def latex_document(source: str) -> str:
+    """LaTeX as MathML (`mathml`), drawn by the browser inside the frame."""
+    from .mathml import latex_to_html
+
+    return document(latex_to_html(source))
+
+
 def static_copy(mime: str, source: str) -> str:
     """What an untrusted view shows for this output: sanitized HTML, or '' when there is
     none to give (JavaScript and SVG have no static form; a copy past the cap is dropped)."""
@@ -170,7 +184,7 @@ def static_copy(mime: str, source: str) -> str:
         source = MarkdownIt("commonmark", {"html": True}).enable("table").render(source)
     elif mime != "text/html":
         return ""
-    cleaned = nh3.clean(source, tags=STATIC_TAGS, attributes={}, strip_comments=True)
+    cleaned = sanitized_html(source)
     if not cleaned.strip() or len(cleaned) > MAX_STATIC_COPY:
         return ""
     return f'<div class="{STATIC_CLASS}">{cleaned}</div>'
@@ -180,6 +194,7 @@ BUILDERS = {
     "application/javascript": javascript_document,
     "text/html": html_document,
     "text/markdown": markdown_document,
+    "text/latex": latex_document,
     "image/svg+xml": svg_document,
 }
 

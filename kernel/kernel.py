@@ -23,6 +23,7 @@ from traitlets import Float
 from sandbox.runtime import vocabulary as V
 
 from . import __version__
+from .channels import complete_reply, inspect_reply, is_complete_reply
 from .config import SandboxSettings
 from .failure import CellFailure
 from .lifecycle import SandboxLifecycle
@@ -251,8 +252,8 @@ class SandboxKernel(SandboxSettings, Kernel):
         local = push_path_completions(code, pos, self.lifecycle.airlock_root)
         if local is not None:
             return local
-        reply = await self.lifecycle.ask(lambda s: s.complete(code, pos))
-        reply = dict(reply or {"matches": [], "cursor_start": pos, "cursor_end": pos})
+        answer = await self.lifecycle.ask(lambda s: s.complete(code, pos))
+        reply = complete_reply(answer, code, pos, self.lifecycle.outputs_passthrough)
         ours = magic_name_matches(code, pos)
         if ours:
             start = code.rfind("\n", 0, pos) + 1
@@ -260,35 +261,17 @@ class SandboxKernel(SandboxSettings, Kernel):
                 reply.update(matches=[], cursor_start=start, cursor_end=pos)
             if reply.get("cursor_start") == start:
                 reply["matches"] = ours + [m for m in reply["matches"] if m not in ours]
-        reply.setdefault("metadata", {})
-        reply["status"] = "ok"
         return reply
 
     async def do_inspect(
         self, code: str, cursor_pos: int, detail_level: int = 0, omit_sections: t.Any = ()
     ) -> dict[str, t.Any]:
         reply = await self.lifecycle.ask(lambda s: s.inspect(code, cursor_pos, detail_level))
-        if not reply:
-            return {"status": "ok", "found": False, "data": {}, "metadata": {}}
-        # Help text comes from the sandbox too: only its plain text reaches the page
-        # (JupyterLab renders inspection bundles in its own panels, outside any frame).
-        data = reply.get("data") if isinstance(reply.get("data"), dict) else {}
-        plain = data.get("text/plain")
-        return {
-            "status": "ok",
-            "found": bool(reply.get("found")),
-            "data": {"text/plain": plain} if isinstance(plain, str) else {},
-            "metadata": {},
-        }
+        return inspect_reply(reply, self.lifecycle.outputs_passthrough)
 
     async def do_is_complete(self, code: str) -> dict[str, t.Any]:
-        reply = await self.lifecycle.ask(lambda s: s.is_complete(code))
-        if reply and reply.get("status") in ("complete", "incomplete", "invalid", "unknown"):
-            result = {"status": reply["status"]}
-            if reply["status"] == "incomplete":
-                result["indent"] = reply.get("indent", "")
-            return result
-        return local_is_complete(code)
+        reply = is_complete_reply(await self.lifecycle.ask(lambda s: s.is_complete(code)))
+        return reply if reply is not None else local_is_complete(code)
 
     async def do_history(
         self,

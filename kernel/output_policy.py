@@ -11,10 +11,12 @@ one decision, the table below (README shows the same table):
   are valid base64 of a file with the right magic number;
 - active types (HTML, JavaScript, SVG, Markdown) are shown in an isolated frame
   (`kernel/frames.py`): scripts run there, with no access to the page or the server;
+  LaTeX too, converted to MathML in the kernel (`kernel/mathml.py`), never typeset by the
+  page's MathJax;
 - a widget view (`application/vnd.jupyter.widget-view+json`) passes as a model id and
   version numbers only: JupyterLab then renders that model with widget code it has
   installed, from state the kernel filtered (`kernel/widgets.py`);
-- everything else (LaTeX, any other `application/vnd.*`, JSON, unknown types) never
+- everything else (any other `application/vnd.*`, JSON, unknown types) never
   reaches the page; if nothing else is left, a plain note says what was withheld;
 - metadata is rebuilt from an allow-list (an image's width and height as numbers, its
   `needs_background`), so a sandbox can never set `trusted`, `isolated` or any other key a
@@ -55,8 +57,7 @@ IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
 POLICY: dict[str, str] = {
     "text/plain": PASS,
     **{mime: CHECK_IMAGE for mime in IMAGE_MAGIC},
-    **{mime: FRAME for mime in BUILDERS},
-    "text/latex": WITHHOLD,
+    **{mime: FRAME for mime in BUILDERS},  # text/latex among them: converted to MathML first
     WIDGET_VIEW_MIME: WIDGET_VIEW,
     "application/json": WITHHOLD,
 }

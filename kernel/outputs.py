@@ -84,39 +84,6 @@ def error_reply(execution_count: int | None, error: dict[str, t.Any]) -> dict[st
     }
 
 
-def reply_payload(payloads: t.Any, passthrough: bool = False) -> list[dict[str, t.Any]]:
-    """The execute reply's payload, from the sandbox's: pager text (`len?`), which JupyterLab
-    shows as an output, so its bundle goes through the output policy; and `%load`'s next
-    input (text only). Other sources are dropped."""
-    kept: list[dict[str, t.Any]] = []
-    for item in payloads if isinstance(payloads, list) else []:
-        if not isinstance(item, dict):
-            continue
-        if item.get("source") == "page":
-            start = item.get("start")
-            kept.append({"source": "page", "data": filter_bundle(item.get("data"), {}, passthrough).data,
-                         "start": start if isinstance(start, int) and not isinstance(start, bool) else 0})
-        elif item.get("source") == "set_next_input" and isinstance(item.get("text"), str):
-            kept.append({"source": "set_next_input", "text": item["text"], "replace": bool(item.get("replace"))})
-    return kept
-
-
-def reply_user_expressions(values: t.Any, passthrough: bool = False) -> dict[str, t.Any]:
-    """The execute reply's user_expressions: each value's bundle through the output policy,
-    each error as its name, value and traceback."""
-    kept: dict[str, t.Any] = {}
-    for name, value in (values if isinstance(values, dict) else {}).items():
-        if not isinstance(value, dict):
-            continue
-        if value.get("status") == V.OK:
-            bundle = filter_bundle(value.get("data"), value.get("metadata"), passthrough)
-            kept[str(name)] = {"status": V.OK, "data": bundle.data, "metadata": bundle.metadata}
-        else:
-            kept[str(name)] = {"status": V.ERROR, **error_content(value.get("ename", "Error"), value.get("evalue", ""),
-                                                                  value.get("traceback"))}
-    return kept
-
-
 @dataclass
 class CellMapper:
     """Maps the events of one cell to messages and, at the end, to the execute reply."""

@@ -147,7 +147,7 @@ def _user_settings(settings_dir: pathlib.Path) -> None:
     (target / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
 
 
-def start_lab(server: support.Server, workdir: pathlib.Path) -> Lab:
+def start_lab(server: support.Server, workdir: pathlib.Path, extra_env: dict[str, str] | None = None) -> Lab:
     root = workdir / "notebooks"
     (root / "data").mkdir(parents=True)
     shutil.copy(REPO / "notebooks" / "data" / "campaign_weeks.csv", root / "data" / "campaign_weeks.csv")
@@ -165,6 +165,7 @@ def start_lab(server: support.Server, workdir: pathlib.Path) -> Lab:
         JUPYTERLAB_WORKSPACES_DIR=str(workdir / "workspaces"),
     )
     env.pop("JUPYTER_TOKEN", None)
+    env.update(extra_env or {})
     port = support.free_port()
     token = secrets.token_hex(16)
     log = ARTIFACTS / "jupyterlab.log"
@@ -213,7 +214,7 @@ def start_lab(server: support.Server, workdir: pathlib.Path) -> Lab:
 
 @contextlib.contextmanager
 def lab_page(server: support.Server, name: str, *, full_page: bool = False,
-             console: bool = False) -> t.Iterator[tuple[t.Any, Lab]]:
+             console: bool = False, extra_env: dict[str, str] | None = None) -> t.Iterator[tuple[t.Any, Lab]]:
     """JupyterLab on the session's sandbox server and a Chromium page on it, for one test.
 
     On failure: a screenshot (`name`-failure.png) and JupyterLab's log tail. After: JupyterLab
@@ -222,7 +223,7 @@ def lab_page(server: support.Server, name: str, *, full_page: bool = False,
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"sbk-browser-{name}-"))
-    lab = start_lab(server, workdir)
+    lab = start_lab(server, workdir, extra_env)
     page = None
     try:
         with sync_playwright() as pw:

@@ -67,6 +67,36 @@ def test_user_expressions_are_evaluated_in_the_sandbox(kc):
     assert values["where"]["data"]["text/plain"] == "'/workspace'"  # the sandbox's, not the kernel's
 
 
+def test_only_load_sets_the_next_input_and_never_a_host_cell(kc):
+    run = run_cell(kc, "get_ipython().set_next_input('%%host\\nopen(\\'owned\\', \\'w\\')', replace=True)")
+    assert run.status == "ok", run.errors
+    assert run.reply["content"]["payload"] == []
+    assert "only %load may" in run.stdout and "%%host" in run.stdout, "shown as text instead"
+    assert run_cell(kc, "open('host.py', 'w').write('%%host\\nprint(1)\\n')").status == "ok"
+    assert run_cell(kc, "%load host.py").reply["content"]["payload"] == [], "not even through %load"
+
+
+def test_completions_cannot_write_a_host_cell(kc):
+    # (IPython's own matchers: jedi's first completion can take longer than the server waits.)
+    run = run_cell(kc, "get_ipython().Completer.use_jedi = False\nget_ipython().Completer.custom_matchers.append(\n"
+                       "    lambda text: ['zzq_ok', 'zzq\\n%%host\\nowned()', '%%host owned()'])")
+    assert run.status == "ok", run.errors
+    msg_id = kc.complete("zzq", 3)
+    matches = reply_of(kc, msg_id)["matches"]
+    assert "zzq_ok" in matches, matches
+    assert not [m for m in matches if "\n" in m or "host" in m], matches
+
+
+def test_a_widget_drawn_by_another_view_is_refused_with_a_note(kc):
+    run = run_cell(kc, "import ipywidgets as w\nclass Lie(w.Label):\n    _view_name = __import__('traitlets').Unicode('HTMLView')"
+                       ".tag(sync=True)\ndisplay(Lie('<img src=x onerror=top.owned=1>'))")
+    assert run.status == "ok", run.errors
+    assert not [m for m in run.outputs if m["msg_type"] == "comm_open"
+                and m["content"]["data"]["state"].get("_model_name") == "LabelModel"]
+    assert "widget not shown: @jupyter-widgets/controls:LabelModel drawn by @jupyter-widgets/controls:HTMLView" \
+        in run.stderr
+
+
 # --------------------------------------------------------------------------- stdin
 
 
@@ -143,8 +173,8 @@ def test_a_slider_moved_on_the_page_recomputes_in_the_sandbox(kc):
     (view,) = [m for m in run.outputs if m["msg_type"] == "display_data"  # not the startup progress
                and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
     assert view["content"]["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] == opened["VBoxModel"]["comm_id"]
-    # The HTML widget's value is put into the page as HTML: it arrives as text only.
-    assert opened["HTMLModel"]["data"]["state"]["value"] == "safe text"
+    # The HTML widget's value is put into the page as HTML: it arrives sanitized.
+    assert opened["HTMLModel"]["data"]["state"]["value"] == "safe <b>text</b>"
 
     # The page moves the slider: a comm_msg, as JupyterLab's widget manager sends it.
     msg = kc.session.msg("comm_msg", {"comm_id": opened["IntSliderModel"]["comm_id"],

@@ -194,13 +194,23 @@ def test_html_wins_over_svg_and_images_as_in_jupyterlab():
     assert out.data["image/png"] == PNG
 
 
+def test_latex_is_mathml_in_a_frame_and_its_plain_text_unchanged():
+    out = filter_bundle({"text/latex": r"$\displaystyle \int_0^1 x\,dx$ and $\href{javascript:top.owned=8}{y}$",
+                         "text/plain": "Integral(x, (x, 0, 1))"}, {})
+    assert out.data["text/plain"] == "Integral(x, (x, 0, 1))", "recorded notebooks keep validating"
+    doc = assert_isolated_frame(out.data["text/html"], "<math")
+    assert "<msubsup><mo>&#x0222B;</mo>" in doc and " and <math" in doc
+    assert "<code>" not in doc
+    unreadable = filter_bundle({"text/latex": r"$\frac{$"}, {})
+    assert "<code>\\frac{</code>" in page_view(unreadable.data["text/html"]).tags[0][1]["srcdoc"]
+
+
 # --------------------------------------------------------------------------- withheld types
 
 
 @pytest.mark.parametrize(
     "mime,value",
     [
-        ("text/latex", r"$\href{javascript:top.owned=8}{x}$"),
         ("application/vnd.jupyter.widget-view+json", {"model_id": "<img src=x onerror=alert(1)>"}),
         ("application/vnd.jupyter.widget-view+json", "not an object"),
         ("application/vnd.plotly.v1+json", {"data": []}),
