@@ -32,9 +32,10 @@ from .images import ImageError
 from .isolation import host
 from .manager import Handle, SandboxManager
 from .runtime import vocabulary as V
+from .usage import report, store as usage_store
 from .usage.metrics import CONTENT_TYPE as METRICS_TYPE, ServerMetrics
 from .openapi import (COMMAND_ID, FILE_LIST, FILE_PATH, IMAGE_NAME, INFO, SANDBOX_ID, SANDBOX_REF, SECRET_NAME,
-                      SECRET_VIEW, document, json_body, op)
+                      SECRET_VIEW, USAGE_RECORDS, USAGE_SANDBOX, USAGE_SINCE, document, json_body, op)
 
 log = logging.getLogger("sandbox.api")
 NDJSON = "application/x-ndjson"
@@ -167,6 +168,21 @@ async def create(request: Request):
     created = await manager_of(request).create(data, owner=caller.tenant, caller=caller.peer)
     request.app.state.metrics.created(created)
     return JSONResponse(created, status_code=201)
+
+
+async def usage_records(request: Request):
+    """The usage records of this server's sandboxes (a tenant's own only), those still alive
+    or ended at or after ``since``."""
+    manager, caller = manager_of(request), caller_of(request)
+    try:
+        since = report.parse_since(request.query_params.get("since"))
+    except ValueError as exc:
+        raise ApiError(422, "invalid_request", str(exc)) from None
+    records = await asyncio.to_thread(manager.usage_store.records, since, request.query_params.get("sandbox_id"))
+    if caller.tenant is not None:
+        mine = usage_store.owner_name(caller.tenant)
+        records = [r for r in records if r["owner"] == mine]
+    return JSONResponse({"records": records})
 
 
 async def put_secret(request: Request):
@@ -479,6 +495,11 @@ ENDPOINTS = (
                                        content="application/octet-stream", errors=(400, 401, 404, 410))),
     Endpoint("DELETE", FILE, delete_file, op("Delete a file or directory", params=[SANDBOX_ID, FILE_PATH],
                                              errors=(400, 401, 404, 409, 410))),
+    Endpoint("GET", "/v1/usage", usage_records, op(
+        "Usage records (one per sandbox: owner, image, tier, limits, created, ended and why, CPU-s, peak memory, "
+        "memory and disk GiB-hours, egress bytes, executes, commands), of sandboxes alive or ended at or after "
+        "`since`; a tenant of a shared server sees their own", params=[USAGE_SINCE, USAGE_SANDBOX], errors=(401, 422),
+        ok_schema=USAGE_RECORDS)),
     Endpoint("GET", "/v1/secrets", list_secrets, op(
         "List your registered secrets (names and hosts; never a value)", errors=(401,),
         ok_schema={"type": "object", "properties": {"secrets": {"type": "array", "items": SECRET_VIEW}}})),

@@ -237,6 +237,40 @@ def cmd_ls(args) -> int:
     return 0
 
 
+def cmd_usage(args) -> int:
+    """The usage report: the server's (or, through a gateway, every node's) usage records
+    summed per user, image and day (sandbox/usage/report.py)."""
+    from .client import DEFAULT_TIMEOUT, SandboxError
+    from .client.sync_client import _SyncTransport
+    from .usage import report
+
+    try:
+        since = report.parse_since(args.since)
+    except ValueError as exc:
+        _error(str(exc))
+        return 2
+    config = _server(args)
+    if config is None:
+        return 1
+    tr = _SyncTransport(config, DEFAULT_TIMEOUT)
+    try:
+        answer = tr.request("GET", "/v1/usage", params={"since": since} if since else None)
+    except SandboxError as exc:
+        _error(str(exc))
+        return 1
+    finally:
+        tr.close()
+    for node in answer.get("nodes_unavailable") or []:
+        _error(f"node {node.get('node_id') or node.get('address')} did not answer: {node.get('message')} "
+               "(its records are not in this report)")
+    records = answer["records"]
+    if args.records:
+        print(report.render(records, args.format, report.RECORD_COLUMNS))
+    else:
+        print(report.render(report.summarise(records), args.format))
+    return 0
+
+
 def cmd_rm(args) -> int:
     """Each id on its own: an unknown one is one line (and exit status 1), one that had
     already ended says how, and the others still go."""
@@ -385,6 +419,15 @@ def build_parser() -> argparse.ArgumentParser:
                                      "state directory) or unix:/path/server.sock")
     lss.set_defaults(func=cmd_ls)
     rms.set_defaults(func=cmd_rm)
+
+    usage = sub.add_parser("usage", help="usage per user, image and day (CPU-s, memory and disk GiB-hours, egress, cells)")
+    usage.add_argument("--since", help="only sandboxes alive at or after this date (2026-12-01) or time, UTC")
+    usage.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    usage.add_argument("--records", action="store_true", help="one line per sandbox instead of the sums")
+    usage.add_argument("--state-dir", help="whose server: this state directory's socket")
+    usage.add_argument("--url", help="a server or gateway URL: http://HOST:PORT (token from SANDBOX_KERNEL_TOKEN) "
+                                     "or unix:/path/server.sock")
+    usage.set_defaults(func=cmd_usage)
 
     drain = sub.add_parser("drain", help="drain a node: it takes no new sandboxes, its own run until they end")
     drain.add_argument("--undo", action="store_true", help="take new sandboxes again")

@@ -7,7 +7,7 @@ import re
 
 from . import __version__, schemas
 from .runtime import vocabulary as V
-from .usage import meter
+from .usage import meter, store as usage_store
 
 ERROR = {
     "type": "object",
@@ -57,6 +57,11 @@ SANDBOX_USAGE = {
     "properties": {**{k: {"type": "number"} for k in (*meter.FIELDS, "egress_bytes_in", "egress_bytes_out")},
                    "sampled_at": {"type": ["string", "null"], "format": "date-time"}},
 }
+USAGE_SINCE = {"name": "since", "in": "query", "required": False, "schema": {"type": "string", "maxLength": 40},
+               "description": "An ISO date (2026-12-01) or time (2026-12-01T08:00:00Z), UTC"}
+USAGE_SANDBOX = {"name": "sandbox_id", "in": "query", "required": False, "schema": {"type": "string", "maxLength": 64}}
+USAGE_RECORDS = {"type": "object", "properties": {"records": {"type": "array", "items": {
+    "type": "object", "properties": {name: {"type": ["string", "number", "null"]} for name in usage_store.COLUMNS}}}}}
 SANDBOX = {"type": "object", "required": ["id", "state"],
            "properties": {"id": {"type": "string"}, "state": {"type": "string"}, "usage": SANDBOX_USAGE}}
 SECRET_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 128}}

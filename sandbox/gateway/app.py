@@ -121,7 +121,9 @@ async def create(request: Request):
     raise ApiError(503, "unavailable", f"no node can take a new sandbox now ({why})")
 
 
-async def list_sandboxes(request: Request):
+async def from_every_node(request: Request, path: str, key: str) -> tuple[list[tuple[Node, list]], list[dict]]:
+    """GET ``path`` on every known node at once: each answering node's ``key`` list, and the
+    nodes that did not answer (with why)."""
     proxy, config = request.app.state.proxy, request.app.state.config
     list_timeout = httpx.Timeout(10.0, connect=config.node_timeout_seconds)
     known = [n for n in table_of(request).known() if n.node_id or n.up]
@@ -129,21 +131,34 @@ async def list_sandboxes(request: Request):
     async def one(node: Node) -> list:
         if not node.up:
             raise ApiError(503, "unavailable", node.error or "down")
-        upstream = await proxy.send(node, "GET", "/v1/sandboxes", timeout=list_timeout)
+        upstream = await proxy.send(node, "GET", path, timeout=list_timeout)
         content = await _read_all(upstream, node)
         if upstream.status_code != 200:
             raise ApiError(503, "unavailable", f"HTTP {upstream.status_code}: {_message(content)}")
-        return json.loads(content)["sandboxes"]
+        return json.loads(content)[key]
 
     results = await asyncio.gather(*(one(n) for n in known), return_exceptions=True)
-    sandboxes, unavailable = [], []
+    answers, unavailable = [], []
     for node, result in zip(known, results):
         if isinstance(result, BaseException):
             message = result.message if isinstance(result, ApiError) else f"{type(result).__name__}: {result}"
             unavailable.append({"node_id": node.node_id, "address": node.address, "message": message})
         else:
-            sandboxes += result
-    return JSONResponse({"sandboxes": sandboxes, "nodes_unavailable": unavailable})
+            answers.append((node, result))
+    return answers, unavailable
+
+
+async def list_sandboxes(request: Request):
+    answers, unavailable = await from_every_node(request, "/v1/sandboxes", "sandboxes")
+    return JSONResponse({"sandboxes": [s for _, found in answers for s in found], "nodes_unavailable": unavailable})
+
+
+async def usage_records(request: Request):
+    """Every node's usage records, each with its node's id: the report sums them."""
+    query = request.url.query
+    answers, unavailable = await from_every_node(request, "/v1/usage" + (f"?{query}" if query else ""), "records")
+    records = [{**r, "node": node.node_id} for node, found in answers for r in found]
+    return JSONResponse({"records": records, "nodes_unavailable": unavailable})
 
 
 async def any_node(request: Request):
@@ -171,6 +186,7 @@ ROUTES = [
     Route("/v1/nodes/{node_id}/drain", drain, methods=["POST"]),
     Route("/v1/sandboxes", create, methods=["POST"]),
     Route("/v1/sandboxes", list_sandboxes, methods=["GET"]),
+    Route("/v1/usage", usage_records, methods=["GET"]),
     Route("/v1/images", any_node, methods=["GET"]),
     Route("/v1/images", image_build_elsewhere, methods=["POST"]),
     Route("/v1/images/{name}", any_node, methods=["GET"]),

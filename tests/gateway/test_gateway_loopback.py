@@ -116,6 +116,19 @@ def test_gateway_metrics(gateway):
         assert anonymous.get("/metrics").status_code == 401
 
 
+def test_gateway_gathers_every_nodes_usage_records(gateway, node):
+    with Sandbox.create(url=gateway.url, token=gateway.token, ttl_seconds=600) as sbx:
+        assert sbx.run_code("1").ok
+        sandbox_id = sbx.id
+    with gateway.client() as c, node.client() as n:
+        answer = c.get("/v1/usage").json()
+        own = n.get("/v1/usage").json()["records"]
+    assert answer["nodes_unavailable"] == []
+    assert {r["node"] for r in answer["records"]} == {"loop1"}
+    assert sorted(r["sandbox_id"] for r in answer["records"]) == sorted(r["sandbox_id"] for r in own)
+    assert sandbox_id in [r["sandbox_id"] for r in own]
+
+
 def test_the_node_reports_what_placement_needs_and_can_be_drained(node, gateway):
     with node.client() as n:
         info = n.get("/v1/info").json()

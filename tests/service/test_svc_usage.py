@@ -3,8 +3,13 @@ known amount of CPU and memory, and the usage records that outlive a kill -9."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -111,3 +116,36 @@ def test_records_are_never_lost_nor_counted_twice_across_kill9(spawn_server):
     server.start()
     time.sleep(0.5)
     assert _rows(server.state_dir, kept) == kept_rows and _rows(server.state_dir, lost) == lost_rows
+
+
+def _cli(server, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **server.env}
+    return subprocess.run([sys.executable, "-m", "sandbox", *args], capture_output=True, text=True, env=env,
+                          cwd=str(support.REPO), timeout=120)
+
+
+def test_usage_route_and_report(sandbox_server, api, run):
+    sandbox_id = support.create(api)["id"]
+    for _ in range(2):
+        _done(run(sandbox_id, "1"))
+    assert api.delete(f"/v1/sandboxes/{sandbox_id}").status_code == 200
+    [record] = api.get("/v1/usage", params={"sandbox_id": sandbox_id}).json()["records"]
+    assert record["executes"] == 2 and record["end_reason"] == "deleted" and record["ended_at"]
+    assert record["memory_mb"] == sandbox_server_limits(api)["memory_mb"] and record["tier"] == "bwrap"
+    bad = api.get("/v1/usage", params={"since": "yesterday"})
+    assert bad.status_code == 422 and "give a date" in bad.json()["error"]["message"]
+    listed = _cli(sandbox_server, "usage", "--records", "--format", "json", "--since", record["created_at"][:10])
+    assert listed.returncode == 0, listed.stderr
+    assert [r["executes"] for r in json.loads(listed.stdout) if r["sandbox_id"] == sandbox_id] == [2]
+    summed = _cli(sandbox_server, "usage", "--format", "csv")
+    assert summed.returncode == 0, summed.stderr
+    rows = list(csv.DictReader(io.StringIO(summed.stdout)))
+    everything = api.get("/v1/usage").json()["records"]
+    assert sum(int(float(r["executes"])) for r in rows) == sum(r["executes"] for r in everything)
+    assert sum(int(r["sandboxes"]) for r in rows) == len(everything)
+    refused = _cli(sandbox_server, "usage", "--since", "yesterday")
+    assert refused.returncode == 2 and "give a date" in refused.stderr
+
+
+def sandbox_server_limits(api) -> dict:
+    return api.get("/v1/info").json()["defaults"]

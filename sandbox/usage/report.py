@@ -1,0 +1,105 @@
+"""The usage report an operator reads: usage records summed per user, image and day
+(`sandbox-kernel usage`), as a table, CSV or JSON; and the usage columns of a sandbox list.
+
+A record is counted on the day its sandbox was created (UTC): records hold running totals,
+not samples per day, so a sandbox alive across midnight is billed to the day it began.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import date, datetime
+
+GROUP_BY = ("owner", "image", "day")
+SUMMED = ("cpu_seconds", "memory_gib_hours", "disk_gib_hours", "egress_bytes_in", "egress_bytes_out", "executes",
+          "commands", "alive_seconds")
+COLUMNS = GROUP_BY + ("sandboxes",) + SUMMED + ("memory_peak_bytes",)
+# One sandbox per line (``--records``); "node" when the records came through a gateway.
+RECORD_COLUMNS = ("node", "sandbox_id", "owner", "image", "tier", "created_at", "ended_at", "end_reason") + SUMMED + (
+    "memory_peak_bytes",)
+
+
+def parse_since(text: str | None) -> str | None:
+    """An ISO date or date-time as the store compares it; ValueError with what is wanted."""
+    if not text:
+        return None
+    try:
+        if len(text) == 10:
+            return date.fromisoformat(text).isoformat()
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).isoformat().replace("+00:00", "Z")
+    except ValueError:
+        raise ValueError(f"since {text!r}: give a date (2026-12-01) or a time (2026-12-01T08:00:00Z)") from None
+
+
+def summarise(records: list[dict], by: tuple[str, ...] = GROUP_BY) -> list[dict]:
+    """One row per group: the number of sandboxes, the sums, and the highest peak memory."""
+    rows: dict[tuple, dict] = {}
+    for record in records:
+        fields = {**record, "day": (record.get("created_at") or "")[:10] or "unknown"}
+        key = tuple(fields.get(name) or "" for name in by)
+        row = rows.setdefault(key, {**dict(zip(by, key)), "sandboxes": 0, **{n: 0 for n in SUMMED},
+                                    "memory_peak_bytes": 0})
+        row["sandboxes"] += 1
+        for name in SUMMED:
+            row[name] += record.get(name) or 0
+        row["memory_peak_bytes"] = max(row["memory_peak_bytes"], record.get("memory_peak_bytes") or 0)
+    return [rows[key] for key in sorted(rows)]
+
+
+def render(rows: list[dict], fmt: str = "table", columns: tuple[str, ...] = COLUMNS) -> str:
+    """``rows`` (sums, or records with RECORD_COLUMNS) as an aligned table, CSV or JSON."""
+    columns = [c for c in columns if any(c in row for row in rows)] if rows else list(columns)
+    if fmt == "json":
+        return json.dumps(rows, indent=1)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue()
+    if not rows:
+        return "no usage recorded"
+    shown = [{c: _human(c, row.get(c)) for c in columns} for row in rows]
+    widths = {c: max(len(c), *(len(r[c]) for r in shown)) for c in columns}
+    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in columns) for r in shown]
+    return "\n".join(lines)
+
+
+def _human(column: str, value) -> str:
+    if value is None:
+        return ""
+    if column.endswith("_bytes") or column.startswith("egress_bytes"):
+        return size(value)
+    if column.endswith("_seconds"):
+        return f"{value:.1f}s"
+    if column.endswith("_hours"):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def size(n: float) -> str:
+    """Bytes as people read them: 0, 812K, 286M, 1.4G."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
+    return str(int(n))
+
+
+def usage_columns(sandbox: dict) -> dict[str, str]:
+    """The usage columns of a sandbox list (``sandbox-kernel ls``), from a sandbox object of
+    GET /v1/sandboxes: CPU time, memory now of its limit, disk used of its cap."""
+    usage = sandbox.get("usage") or {}
+    limits = sandbox.get("limits") or {}
+    if not usage:
+        return {"CPU": "-", "MEM": "-", "DISK": "-"}
+    memory = size(usage.get("memory_bytes") or 0)
+    if limits.get("memory_mb"):
+        memory += f"/{size(limits['memory_mb'] << 20)}"
+    disk = size(usage.get("disk_bytes") or 0)
+    if limits.get("disk_mb"):
+        disk += f"/{size(limits['disk_mb'] << 20)}"
+    return {"CPU": f"{usage.get('cpu_seconds') or 0:.1f}s", "MEM": memory, "DISK": disk}
