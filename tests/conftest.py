@@ -1,8 +1,19 @@
-"""Session-wide fixtures: one real sandbox server for the whole test run.
+"""Session-wide fixtures: one real sandbox server per test process, and the run as a whole.
 
-The server is started for real (``python -m sandbox serve``, real bwrap, real cgroups);
-its first start builds the default image. Set SANDBOX_KERNEL_TEST_STATE_DIR to reuse a
-state directory (and its image) between runs (tests/support.py lists the others).
+The server is started for real (``python -m sandbox serve``, real bwrap, real cgroups) on a
+state directory of its own that borrows the run's built default image (tests/testrun.py:
+built once per run, or kept between runs in SANDBOX_KERNEL_TEST_STATE_DIR; tests/support.py
+lists the other variables).
+
+The run is spread over pytest-xdist workers (pyproject's addopts). Conventions, in README's
+testing section too:
+- each worker has its own session server and state directories; never a fixed path or port;
+- tests that share a module- or class-scoped fixture (a suite's own server, the isolation
+  tier, the client flavour) run on one worker, so that it is set up once: they get an
+  ``xdist_group`` of their file and those fixtures' parameters (``--dist loadgroup``); a test
+  that must run alone with others of its kind takes ``@pytest.mark.xdist_group("name")``;
+- the gVisor tier's tests are marked ``gvisor`` (and ``slow``): ``-m gvisor`` runs that tier;
+- the run fails when it leaves a process, a mount or a file behind (`pytest_sessionfinish`).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import support  # noqa: E402
+import testrun  # noqa: E402
 
 from sandbox.isolation import gvisor  # noqa: E402
 
@@ -42,7 +54,91 @@ def isolation(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+RUN_OWNER = pytest.StashKey[bool]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The run is named here, before xdist starts its workers (which inherit it)."""
+    config.stash[RUN_OWNER] = testrun.begin() and not hasattr(config, "workerinput")
+    config.pluginmanager.register(HeavyFirst(), "sandbox-kernel-heavy-first")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After every fixture (and every worker) is done: fail the run if it left anything
+    behind, list it, and end and remove it all the same."""
+    if not session.config.stash.get(RUN_OWNER, False):
+        return
+    left = testrun.leftovers()
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = ["", f"this test run left {len(left)} thing(s) behind (now ended and removed):", *left]
+        if reporter is not None:
+            reporter.write_sep("=", "left behind", red=True)
+            for line in lines:
+                reporter.write_line(line)
+        else:
+            print("\n".join(lines), file=sys.stderr)
+        testrun.clean_up()
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    testrun.finish()
+
+
+#: Suites first that hold the run's longest groups, so that xdist does not start them last.
+HEAVY_FIRST = ("security", "reliability", "multihost", "browser", "gvisor", "kernel", "egress", "gateway")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the gVisor tier and group the tests that share a module-scoped fixture."""
+    skip_bwrap_only_in_gvisor(items)
+    for item in items:
+        if is_gvisor_tier(item):
+            item.add_marker(pytest.mark.gvisor)
+            item.add_marker(pytest.mark.slow)
+        group = shared_fixture_group(item)
+        if group and not any(True for _ in item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+class HeavyFirst:
+    """Puts the heavy suites first, after pytest has ordered each file's tests to set its
+    fixtures up once (a stable sort keeps that order)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        root = pathlib.Path(HERE)
+
+        def weight(item: pytest.Item) -> int:
+            parts = item.path.relative_to(root).parts if item.path.is_relative_to(root) else ()
+            return HEAVY_FIRST.index(parts[0]) if parts and parts[0] in HEAVY_FIRST else len(HEAVY_FIRST)
+
+        items.sort(key=weight)
+
+
+def is_gvisor_tier(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return (callspec is not None and callspec.params.get("isolation") == "gvisor") or "gvisor" in item.path.name
+
+
+def shared_fixture_group(item: pytest.Item) -> str | None:
+    """``FILE[params]`` when the test uses a module-, class- or package-scoped fixture (so
+    that its worker sets that fixture up once), else None: the test may run on any worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    shared = [name for name, defs in info.name2fixturedefs.items()
+              if defs and defs[-1].scope in ("module", "class", "package")]
+    if not shared:
+        return None
+    callspec = getattr(item, "callspec", None)
+    params = sorted(f"{name}={callspec.params[name]}" for name in shared
+                    if callspec is not None and name in callspec.params)
+    return f"{item.nodeid.split('::')[0]}[{','.join(params)}]"
+
+
+def skip_bwrap_only_in_gvisor(items: list[pytest.Item]) -> None:
     """A test marked ``bwrap_only(reason=...)`` is skipped in its gvisor run, the reason printed."""
     for item in items:
         marker = item.get_closest_marker("bwrap_only")

@@ -8,10 +8,11 @@ tear-down reaches every suite at once.
 Environment:
 - SANDBOX_KERNEL_TEST_URL / SANDBOX_KERNEL_TEST_TOKEN: use a server that is already
   running instead of starting one (faster when iterating).
-- SANDBOX_KERNEL_TEST_STATE_DIR: state directory for the session's server, kept between
-  runs so that its image is built once; default: a fresh temporary directory. One server
-  per state directory: two test runs at once need two directories.
-- SANDBOX_KERNEL_TEST_KEEP_STATE=1: keep that fresh directory too.
+- SANDBOX_KERNEL_TEST_STATE_DIR: where the run's built images are kept between runs, so
+  that the default image is built once (tests/testrun.py); default: a directory of the run.
+  Every session server (one per xdist worker) has a fresh state directory of its own that
+  borrows these images, so runs and workers may share it.
+- SANDBOX_KERNEL_TEST_KEEP_STATE=1: keep the session servers' fresh directories.
 - SANDBOX_KERNEL_TEST_START_TIMEOUT: seconds a server may take to start (its first start
   builds the default image).
 """
@@ -34,6 +35,8 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+
+import testrun
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `kernel.install` and `sandbox.*` from a script run anywhere
@@ -99,7 +102,8 @@ def make_state_dir(prefix: str, images_from: pathlib.Path | None = None) -> path
     (venv, layers, interpreter copy) keep pointing into the source, which outlives these
     servers, so no test pays for an image build nor for copying 300 MiB.
     """
-    path = pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    run_tag = testrun.tag()  # the run's tag in the name: its end-of-run check finds what is left
+    path = pathlib.Path(tempfile.mkdtemp(prefix=f"{prefix}{run_tag}-" if run_tag else prefix, dir="/tmp"))
     path.chmod(0o711)
     try:
         if images_from is not None:
@@ -492,14 +496,10 @@ def start_session_server() -> Server:
         if not is_healthy(url):
             raise RuntimeError(f"SANDBOX_KERNEL_TEST_URL={url} does not answer /v1/health")
         return Server.elsewhere(url, os.environ.get("SANDBOX_KERNEL_TEST_TOKEN", ""))
-    state = os.environ.get("SANDBOX_KERNEL_TEST_STATE_DIR")
-    if state:
-        state_dir = pathlib.Path(state).absolute()  # the server runs in the repo, the tests anywhere
-        state_dir.mkdir(parents=True, exist_ok=True)
-        state_dir.chmod(0o711)  # the sandboxes' uids traverse it to their image and workspace
-    else:
-        state_dir = make_state_dir("sbk-test-state-")
-    keep = bool(state) or os.environ.get("SANDBOX_KERNEL_TEST_KEEP_STATE") == "1"
+    home = testrun.image_home()
+    testrun.ensure_default_image(home, server_env(None), REPO)
+    state_dir = make_state_dir("sbk-test-state-", images_from=home)
+    keep = os.environ.get("SANDBOX_KERNEL_TEST_KEEP_STATE") == "1"
     return Server(state_dir, token=secrets.token_hex(16), log_name="test-server.log", keep_state=keep).open()
 
 

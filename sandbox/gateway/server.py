@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
+import stat
 import sys
 import tempfile
 
@@ -31,6 +33,38 @@ from .watchdog import watch
 
 # How long calls in flight may take to end after SIGTERM.
 GRACE_SECONDS = 10
+# The app's private socket directory: PRIVATE_PREFIX + the gateway's pid + "-" + random.
+PRIVATE_PREFIX = "sbk-gateway-"
+
+
+def remove_stale_private_dirs(tmp: str | None = None) -> list[str]:
+    """A gateway ended by SIGKILL cannot remove its private directory: the next gateway to
+    start on the host removes those of gateways that are gone (their pid in the name no
+    longer runs), and only its own user's, so a directory someone else put there is never
+    touched. Returns the paths removed."""
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    for name in os.listdir(tmp):
+        pid = name[len(PRIVATE_PREFIX):].split("-", 1)[0] if name.startswith(PRIVATE_PREFIX) else ""
+        path = os.path.join(tmp, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if pid.isdigit() and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not _running(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def node_source(config: GatewayConfig):
@@ -81,7 +115,8 @@ async def _serve(config: GatewayConfig, table: NodeTable, log_level: str) -> Non
         signal.signal(sig, lambda *_: None)
     await table.refresh()  # serve knowing the nodes: a restarted gateway routes at once
     background = [asyncio.create_task(table.run()), asyncio.create_task(watch(table))]
-    with tempfile.TemporaryDirectory(prefix="sbk-gateway-") as private:
+    remove_stale_private_dirs()
+    with tempfile.TemporaryDirectory(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-") as private:
         app_socket = os.path.join(private, "app.sock")
         relay = Relay(config, table, app_socket)
         fronts: list[asyncio.AbstractServer] = []

@@ -81,3 +81,17 @@ def rarely_refreshing_gateway(node: support.Server) -> t.Iterator[GatewayProcess
                         "--refresh-seconds", "3600").start()
     yield gw
     gw.stop()
+
+
+@pytest.fixture
+def new_gateway(node: support.Server) -> t.Iterator[t.Callable[..., GatewayProcess]]:
+    """new_gateway(name) -> a started gateway in front of `node`, stopped afterwards."""
+    made: list[GatewayProcess] = []
+
+    def start(name: str) -> GatewayProcess:
+        made.append(GatewayProcess(node.token, node.state_dir / f"gateway-{name}.log", "--node", node.url))
+        return made[-1].start()
+
+    yield start
+    for gw in made:
+        gw.stop()

@@ -291,3 +291,32 @@ def test_dns_discovery_reads_a_and_aaaa_records():
         assert missing == []
     finally:
         zone.close()
+
+
+def private_dirs(pid: int) -> list[str]:
+    import glob
+    import tempfile
+
+    return glob.glob(os.path.join(tempfile.gettempdir(), f"sbk-gateway-{pid}-*"))
+
+
+def test_a_killed_gateways_private_directory_is_removed_by_the_next_gateway(new_gateway):
+    """SIGKILL leaves the app's socket directory (the gateway cannot clean up); the next
+    gateway on the host removes it, and keeps a live gateway's and another user's."""
+    live, killed = new_gateway("live"), new_gateway("killed")
+    foreign = os.path.join(os.path.dirname(private_dirs(live.proc.pid)[0]), "sbk-gateway-999999999-foreign")
+    os.mkdir(foreign)
+    os.chown(foreign, 65534, 65534)
+    try:
+        left = private_dirs(killed.proc.pid)
+        assert len(left) == 1, left
+        killed.proc.send_signal(signal.SIGKILL)
+        killed.proc.wait(10)
+        assert os.path.isdir(left[0]), "SIGKILL left nothing: the test no longer shows the leftover"
+        new_gateway("next").stop()
+        assert not os.path.exists(left[0])
+        assert len(private_dirs(live.proc.pid)) == 1 and os.path.isdir(foreign)
+    finally:
+        live.stop()
+        os.rmdir(foreign)
+    assert not private_dirs(live.proc.pid)  # a gateway stopped by SIGTERM removes its own

@@ -262,7 +262,7 @@ def test_dns_discovery_follows_the_records(cluster: Cluster, sixty: dict):
             assert r.status_code == 503, r.text  # left discovery, not yet long enough to be gone
     finally:
         zone.close()
-        gw.kill9()
+        gw.stop()
         cluster.gateways.remove(gw)
 
 

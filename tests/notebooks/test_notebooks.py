@@ -109,7 +109,7 @@ def run_nbval(target: pathlib.Path, embedded: EmbeddedDefault) -> subprocess.Com
         sys.executable, "-m", "pytest", "--nbval", str(target),
         "--nbval-kernel-name", "sandbox",
         "--nbval-sanitize-with", str(SANITIZE.relative_to(REPO)),
-        "-p", "no:cacheprovider",
+        "-p", "no:cacheprovider", "-o", "addopts=",  # one process: not the suite's xdist workers
     ]
     # In its own mount namespace, the module's state directory stands at the default path.
     in_namespace = (
