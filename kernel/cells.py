@@ -85,6 +85,7 @@ class _Host:
     def __init__(self, life: t.Any, out: Output, sandbox: AsyncSandbox) -> None:
         self.cwd = life.cwd
         self.airlock_root = life.airlock_root
+        self.pull_max_bytes = life.settings.pull_max_bytes
         self.outputs_mode = life.outputs_mode
         self.pushed = life.pushed
         self.server_url = life.server_config.url if life.server_config else ""

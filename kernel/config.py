@@ -151,6 +151,17 @@ class SandboxSettings(Configurable):
         "it: no absolute paths, no '..', no symlinks followed, no overwriting without --force.",
     ).tag(config=True)
 
+    pull_max_bytes = Integer(
+        1024 * 1024 * 1024,
+        help="Bytes one %pull may write to the host in all (env SANDBOX_KERNEL_PULL_MAX_BYTES), counted by "
+        "the files' apparent sizes: a sparse file that uses no space in the sandbox still writes every byte "
+        "here. A %pull past it is refused before anything is written.",
+    ).tag(config=True)
+
+    @default("pull_max_bytes")
+    def _pull_max_bytes_default(self) -> int:
+        return env_value("SANDBOX_KERNEL_PULL_MAX_BYTES", int) or 1024 * 1024 * 1024
+
     @default("unsafe_trust_sandbox_outputs")
     def _unsafe_trust_default(self) -> bool:
         return bool(env_value("SANDBOX_KERNEL_UNSAFE_TRUST_SANDBOX_OUTPUTS", _bool))

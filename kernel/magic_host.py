@@ -32,6 +32,7 @@ class MagicHost(t.Protocol):
 
     cwd: pathlib.Path
     airlock_root: pathlib.Path  # the only host folder %push reads and %pull writes (see airlock)
+    pull_max_bytes: int  # what one %pull may write in all, by apparent size
     outputs_mode: str
     pushed: list[str]
     server_url: str

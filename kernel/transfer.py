@@ -14,7 +14,7 @@ import posixpath
 import time
 import uuid
 
-from sandbox.client import SandboxNotFound
+from sandbox.client import AsyncSandbox, InvalidRequest, SandboxNotFound
 
 from . import airlock
 from .airlock import AirlockError
@@ -233,18 +233,35 @@ async def run_pull(args: list[str], host: MagicHost) -> None:
     else:
         names = [remote]
         many = False
-    total = 0
+    total, cap = 0, host.pull_max_bytes
+    listed = sum(f.size or 0 for f in listing if f.path in names) if many else 0
+    if listed > cap:
+        raise CellFailure("OSError", f"%pull: the {len(names)} matching files are {format_bytes(listed)} (apparent "
+                          f"size), more than one %pull may write ({format_bytes(cap)}, pull_max_bytes); "
+                          "nothing was written")
     for name in sorted(names):
         target = local_target(name, local, root, many)
-        try:
-            with airlock.Writer(root, target, force, "%pull") as sink:
-                size = await sbx.files.download(name, sink, progress=TransferProgress(host, name))
-        except SandboxNotFound as exc:
-            # 404 is also the answer for an unknown sandbox: if that is what it meant,
-            # refresh raises it again and the kernel replaces the sandbox.
-            await sbx.refresh()
-            raise CellFailure("FileNotFoundError", f"%pull: /workspace/{name}: {exc.message}") from None
+        size = await _pull_one(sbx, name, airlock.Writer(root, target, force, "%pull"), host, cap - total)
         total += size
         host.stdout(f"pulled /workspace/{name} → {'/'.join(target)} ({format_bytes(size)})\n")
     if len(names) > 1:
         host.stdout(f"{len(names)} files, {format_bytes(total)}\n")
+
+
+async def _pull_one(sbx: AsyncSandbox, name: str, writer: airlock.Writer, host: MagicHost, room: int) -> int:
+    """Download one file through ``writer``, at most ``room`` bytes counted as they come (a
+    sparse file's apparent size is what would be written); past it nothing is placed."""
+    try:
+        with writer as sink:
+            return await sbx.files.download(name, sink, progress=TransferProgress(host, name), max_bytes=room)
+    except SandboxNotFound as exc:
+        # 404 is also the answer for an unknown sandbox: if that is what it meant,
+        # refresh raises it again and the kernel replaces the sandbox.
+        await sbx.refresh()
+        raise CellFailure("FileNotFoundError", f"%pull: /workspace/{name}: {exc.message}") from None
+    except InvalidRequest as exc:
+        if exc.code != "too_large":
+            raise
+        raise CellFailure("OSError", f"%pull: /workspace/{name}: {exc.message} (pull_max_bytes "
+                          f"{format_bytes(host.pull_max_bytes)} per %pull; file_max_bytes per file on the server); "
+                          "nothing was written for it") from None

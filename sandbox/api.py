@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import urllib.parse
@@ -24,18 +25,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import __version__, commands, schemas
+from . import __version__, commands, schemas, scopes
 from .auth import Auth, caller_of
 from .errors import ApiError
 from .files import Workspace
+from .filework import FileWork
 from .images import ImageError
 from .isolation import host
 from .manager import Handle, SandboxManager
 from .runtime import vocabulary as V
 from .usage import report, store as usage_store
 from .usage.metrics import CONTENT_TYPE as METRICS_TYPE, ServerMetrics
-from .openapi import (COMMAND_ID, FILE_LIST, FILE_PATH, IMAGE_NAME, INFO, SANDBOX_ID, SANDBOX_REF, SECRET_NAME,
-                      SECRET_VIEW, USAGE_RECORDS, USAGE_SANDBOX, USAGE_SINCE, document, json_body, op)
+from .openapi import (COMMAND_ID, FILE_LIST, FILE_PATH, IMAGE_NAME, INFO, SANDBOX_ID, SANDBOX_REF, SANDBOX_SCOPE,
+                      SECRET_NAME, SECRET_VIEW, USAGE_RECORDS, USAGE_SANDBOX, USAGE_SINCE, document, json_body, op)
 
 log = logging.getLogger("sandbox.api")
 NDJSON = "application/x-ndjson"
@@ -87,14 +89,41 @@ async def body(request: Request, fields) -> dict:
     return schemas.parse(await read_body(request, manager_of(request).config.request_max_bytes), fields)
 
 
+def may_reach(request: Request, sandbox_id: str) -> bool:
+    """Whether the caller may see the sandbox: its tenant (on a shared server) and its
+    declared scope (sandbox/scopes.py) both allow it."""
+    manager = manager_of(request)
+    return (caller_of(request).may_see(manager.owner_of(sandbox_id))
+            and scopes.of_request(request).may_reach(manager.tenancy.scope_of(sandbox_id)))
+
+
+def reachable(request: Request) -> list[Handle]:
+    """The live sandboxes the caller may see."""
+    return [h for h in manager_of(request).list() if may_reach(request, h.id)]
+
+
 def visible(request: Request) -> Handle:
     """The sandbox the path names, as it is (a paused one stays paused), if the caller may
     see it (else 404, as for an unknown id)."""
     manager = manager_of(request)
     sandbox_id = request.path_params["sandbox_id"]
-    if not caller_of(request).may_see(manager.owner_of(sandbox_id)):
+    if not may_reach(request, sandbox_id):
         raise manager.not_found(sandbox_id)
     return manager.get(sandbox_id)
+
+
+def described(request: Request, view: dict) -> dict:
+    """A sandbox's description with its scope label (None: made by an unscoped caller)."""
+    return {**view, "scope": manager_of(request).tenancy.scope_of(view["id"])}
+
+
+def labelled(request: Request, view: dict) -> dict:
+    """Label a sandbox the caller just made with the caller's own scope, if it declared one."""
+    own = scopes.of_request(request).own
+    if own is not None:
+        manager = manager_of(request)
+        manager.tenancy.label(view["id"], manager.state_dir.sandbox(view["id"]), own)
+    return described(request, view)
 
 
 async def live(request: Request) -> Handle:
@@ -131,7 +160,7 @@ async def info(request: Request):
     manager, caller = manager_of(request), caller_of(request)
     return JSONResponse({"version": __version__, "state_dir": manager.state_dir.root,
                          "protections": manager.protections, "pool": manager.pool_status(),
-                         "sandboxes": len([h for h in manager.list() if caller.may_see(manager.owner_of(h.id))]),
+                         "sandboxes": len(reachable(request)),
                          "node_id": manager.config.node_id or None, "draining": manager.draining,
                          "multi_user": request.app.state.multi_user, "caller": caller.label,
                          **manager.capacity_report()})
@@ -162,12 +191,13 @@ async def metrics(request: Request):
 async def create(request: Request):
     data = await body(request, schemas.CREATE)
     caller = caller_of(request)
+    scopes.of_request(request)  # a malformed scope is refused before anything is made
     if data.get("end_with_caller") and caller.peer is None:
         raise ApiError(422, "invalid_request", "end_with_caller needs the server's unix socket, where the server "
                                                "knows the calling process; over TCP it cannot")
     created = await manager_of(request).create(data, owner=caller.tenant, caller=caller.peer)
     request.app.state.metrics.created(created)
-    return JSONResponse(created, status_code=201)
+    return JSONResponse(labelled(request, created), status_code=201)
 
 
 async def usage_records(request: Request):
@@ -202,12 +232,12 @@ async def delete_secret(request: Request):
 
 
 async def list_sandboxes(request: Request):
-    manager, caller = manager_of(request), caller_of(request)
-    return JSONResponse({"sandboxes": [manager.describe(h) for h in manager.list() if caller.may_see(manager.owner_of(h.id))]})
+    manager = manager_of(request)
+    return JSONResponse({"sandboxes": [described(request, manager.describe(h)) for h in reachable(request)]})
 
 
 async def get_sandbox(request: Request):
-    return JSONResponse(await manager_of(request).refresh(visible(request)))
+    return JSONResponse(described(request, await manager_of(request).refresh(visible(request))))
 
 
 async def delete_sandbox(request: Request):
@@ -226,20 +256,20 @@ async def renew(request: Request):
                            extra={"exceeded": {key: {"requested": data[key], "allowed": most,
                                                      "set_by": "max_ttl_seconds"}}})
     await manager.call(handle, {"op": "renew", **data})
-    return JSONResponse(manager.describe(handle))
+    return JSONResponse(described(request, manager.describe(handle)))
 
 
 async def pause(request: Request):
     handle = visible(request)
     with request.app.state.metrics.timing("pause"):
-        return JSONResponse(await manager_of(request).pause(handle))
+        return JSONResponse(described(request, await manager_of(request).pause(handle)))
 
 
 async def resume(request: Request):
     manager, handle = manager_of(request), visible(request)
     with request.app.state.metrics.timing("resume"):
         await manager.wake(handle)
-    return JSONResponse(manager.describe(handle))
+    return JSONResponse(described(request, manager.describe(handle)))
 
 
 async def fork(request: Request):
@@ -248,7 +278,7 @@ async def fork(request: Request):
     with request.app.state.metrics.timing("fork"):
         forked = await manager.fork(handle, data, owner=caller_of(request).tenant)
     request.app.state.metrics.created(forked)
-    return JSONResponse(forked, status_code=201)
+    return JSONResponse(labelled(request, forked), status_code=201)
 
 
 async def interrupt(request: Request):
@@ -317,6 +347,14 @@ async def workspace(request: Request) -> Workspace:
     return Workspace(host.workspace_dir(handle.dir), handle.uid, manager_of(request).config.file_max_bytes)
 
 
+def file_work(request: Request):
+    """Run blocking file work for the sandbox the path names, within its share of the
+    file-work threads (sandbox/filework.py)."""
+    work: FileWork = request.app.state.file_work
+    sandbox_id = request.path_params["sandbox_id"]
+    return functools.partial(work.run, sandbox_id)
+
+
 async def put_file(request: Request):
     ws = await workspace(request)
     declared = request.headers.get("content-length")
@@ -327,19 +365,20 @@ async def put_file(request: Request):
 
 
 async def get_file(request: Request):
-    ws = await workspace(request)
-    fd, size = ws.open_for_read(file_path(request))
-    return StreamingResponse(ws.read_chunks(fd), media_type="application/octet-stream",
+    ws, run = await workspace(request), file_work(request)
+    fd, size = await run(ws.open_for_read, file_path(request))
+    return StreamingResponse(ws.read_chunks(fd, size, run), media_type="application/octet-stream",
                              headers={"Content-Length": str(size)})
 
 
 async def list_files(request: Request):
-    return JSONResponse(await asyncio.to_thread((await workspace(request)).list, manager_of(request).config.files_list_max))
+    ws = await workspace(request)
+    return JSONResponse(await file_work(request)(ws.list, manager_of(request).config.files_list_max))
 
 
 async def delete_file(request: Request):
     ws = await workspace(request)
-    return JSONResponse(await asyncio.to_thread(ws.delete, file_path(request)))
+    return JSONResponse(await file_work(request)(ws.delete, file_path(request)))
 
 
 # ---------------------------------------------------------------------- images
@@ -437,8 +476,9 @@ ENDPOINTS = (
     Endpoint("POST", "/v1/sandboxes", create, op(
         "Create (or claim from the warm pool) a sandbox; limits over the per-sandbox maxima get 422 "
         "limit_exceeded, past the server's totals 409 capacity_exceeded", ok="201", body=json_body(schemas.CREATE),
-        errors=(400, 401, 404, 409, 413, 422, 503), ok_schema=SANDBOX_REF)),
-    Endpoint("GET", "/v1/sandboxes", list_sandboxes, op("List live sandboxes", errors=(401,))),
+        params=[SANDBOX_SCOPE], errors=(400, 401, 404, 409, 413, 422, 503), ok_schema=SANDBOX_REF)),
+    Endpoint("GET", "/v1/sandboxes", list_sandboxes, op("List live sandboxes (a scoped caller: its scopes' only)",
+                                                        params=[SANDBOX_SCOPE], errors=(400, 401))),
     Endpoint("GET", SID, get_sandbox, op("Status of one sandbox", params=[SANDBOX_ID], ok_schema=SANDBOX_REF)),
     Endpoint("DELETE", SID, delete_sandbox, op("Delete a sandbox and kill all of its processes", params=[SANDBOX_ID])),
     Endpoint("POST", SID + "/renew", renew, op("Renew the TTL", params=[SANDBOX_ID], body=json_body(schemas.RENEW),
@@ -491,8 +531,9 @@ ENDPOINTS = (
         "Upload a file (streamed raw body)", ok="201", params=[SANDBOX_ID, FILE_PATH],
         body={"required": False, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
         errors=(400, 401, 404, 410, 413, 507))),
-    Endpoint("GET", FILE, get_file, op("Download a file (streamed)", params=[SANDBOX_ID, FILE_PATH],
-                                       content="application/octet-stream", errors=(400, 401, 404, 410))),
+    Endpoint("GET", FILE, get_file, op("Download a file (streamed; refused past file_max_bytes of apparent size)",
+                                       params=[SANDBOX_ID, FILE_PATH], content="application/octet-stream",
+                                       errors=(400, 401, 404, 410, 413))),
     Endpoint("DELETE", FILE, delete_file, op("Delete a file or directory", params=[SANDBOX_ID, FILE_PATH],
                                              errors=(400, 401, 404, 409, 410))),
     Endpoint("GET", "/v1/usage", usage_records, op(
@@ -536,12 +577,14 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False, scr
             yield
         finally:
             await manager.stop()
+            app.state.file_work.close()
 
     app = Starlette(routes=[e.route() for e in ENDPOINTS], lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(Auth, token=token, multi_user=multi_user, scrape_port=scrape_port)
     app.state.manager = manager
     app.state.metrics = ServerMetrics(manager)
     app.state.multi_user = multi_user
+    app.state.file_work = FileWork(manager.config.file_work_threads, manager.config.file_work_per_sandbox)
     return app
 
 

@@ -309,7 +309,8 @@ def cmd_mcp(args) -> int:
     except ImportError as exc:
         print(f"error: the MCP server needs the mcp extra: pip install 'sandbox-kernel[mcp]' ({exc})", file=sys.stderr)
         return 1
-    return mcp_server.main(args.transport, args.host, args.port, args.url, args.token, args.image, args.ttl_seconds)
+    return mcp_server.main(args.transport, args.host, args.port, args.url, args.token, args.image, args.ttl_seconds,
+                           scope=args.scope, reach=args.reach)
 
 
 def cmd_lab(args) -> int:
@@ -445,6 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--token", help="its token, also required of HTTP clients (default: SANDBOX_KERNEL_TOKEN or STATE/token)")
     mcp.add_argument("--image", help="image of the sandboxes it creates")
     mcp.add_argument("--ttl-seconds", type=int, help="idle TTL of the sandboxes it creates (default 1800)")
+    mcp.add_argument("--scope", help="the label of the sandboxes it creates, and the only ones it may reach "
+                                     "(default: a new one per start, mcp-XXXXXXXX)")
+    mcp.add_argument("--reach", action="append", default=[], metavar="SCOPE",
+                     help="also reach the sandboxes of this scope ('*': every sandbox the token reaches, the "
+                          "user's notebooks too); repeatable")
     mcp.set_defaults(func=cmd_mcp)
 
     lab = sub.add_parser("lab", help="install the kernelspecs and start JupyterLab")

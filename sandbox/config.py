@@ -50,10 +50,15 @@ class ServiceConfig(Configurable):
     open_files = Int(1024).tag(config=True)
     output_bytes = Int(10 * MiB, help="Stream output one execute may produce before it is truncated.").tag(config=True)
     execute_timeout_seconds = Int(600, help="Default per-execute wall time.").tag(config=True)
-    file_max_bytes = Int(100 * MiB, help="Largest file one upload may write.").tag(config=True)
+    file_max_bytes = Int(100 * MiB, help="Largest file one upload may write or one download may read (by its "
+                                         "apparent size: a sparse file counts whole).").tag(config=True)
     request_max_bytes = Int(1 * MiB, help="Largest JSON request body.").tag(config=True)
     files_list_max = Int(10000, help="Directory entries one GET /files reads at most; past that the listing says "
                                       "truncated: true.").tag(config=True)
+    file_work_threads = Int(8, help="Threads for file work (listing, deleting, reading files), apart from the "
+                                    "server's own.").tag(config=True)
+    file_work_per_sandbox = Int(2, help="File-work calls of one sandbox that run at once; its others wait their "
+                                        "turn, so one sandbox cannot hold every file-work thread.").tag(config=True)
 
     # What one sandbox may ask for (0: only the host's size bounds it) and what all the
     # live claimed sandboxes may hold together (0: no cap); see sandbox/capacity.py.

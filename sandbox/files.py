@@ -181,6 +181,8 @@ class Workspace:
         return {"path": filenames.escape(b"/".join(parts)), "size": size}
 
     def open_for_read(self, path: str) -> tuple[int, int]:
+        """An fd of the regular file and its apparent size, refused (413) past ``max_bytes``:
+        a sparse file of a terabyte uses no quota but would stream a terabyte of zeros."""
         parts = check_path(path)
         dir_fd = _open_dir(self.root, parts[:-1], create=False, owner=None)
         try:
@@ -193,14 +195,25 @@ class Workspace:
             }[refused.why] from None
         finally:
             os.close(dir_fd)
+        if st.st_size > self.max_bytes:
+            os.close(fd)
+            raise ApiError(413, "too_large", f"{path!r} is {st.st_size} bytes (its apparent size; a sparse file counts "
+                           f"whole), more than the {self.max_bytes} byte limit for one file (file_max_bytes)",
+                           extra={"size": st.st_size, "limit": self.max_bytes})
         return fd, st.st_size
 
-    async def read_chunks(self, fd: int):
+    @staticmethod
+    async def read_chunks(fd: int, size: int, run=None):
+        """The file's first ``size`` bytes (what was announced: a file the sandbox grows
+        meanwhile is not read past it), each chunk read by ``run(os.read, fd, n)``."""
+        run = run or asyncio.to_thread
+        left = size
         try:
-            while True:
-                chunk = await asyncio.to_thread(os.read, fd, CHUNK)
+            while left > 0:
+                chunk = await run(os.read, fd, min(CHUNK, left))
                 if not chunk:
                     return
+                left -= len(chunk)
                 yield chunk
         finally:
             os.close(fd)

@@ -49,6 +49,11 @@ INFO = {
                      "additionalProperties": USAGE},
     },
 }
+SANDBOX_SCOPE = {"name": "Sandbox-Scope", "in": "header", "required": False,
+                 "schema": {"type": "string", "maxLength": 4096},
+                 "description": "own[, other...]: a scoped caller (an agent's tools) reaches only sandboxes labelled with "
+                                "one of these scopes ('*' among the others: any); what it creates is labelled `own`. "
+                                "Others' sandboxes answer 404 and are not listed (sandbox/scopes.py)."}
 COMMAND_ID = {"name": "command_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 IMAGE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 SANDBOX_REF = {"$ref": "#/components/schemas/Sandbox"}
@@ -63,7 +68,9 @@ USAGE_SANDBOX = {"name": "sandbox_id", "in": "query", "required": False, "schema
 USAGE_RECORDS = {"type": "object", "properties": {"records": {"type": "array", "items": {
     "type": "object", "properties": {name: {"type": ["string", "number", "null"]} for name in usage_store.COLUMNS}}}}}
 SANDBOX = {"type": "object", "required": ["id", "state"],
-           "properties": {"id": {"type": "string"}, "state": {"type": "string"}, "usage": SANDBOX_USAGE}}
+           "properties": {"id": {"type": "string"}, "state": {"type": "string"}, "usage": SANDBOX_USAGE,
+                          "scope": {"type": ["string", "null"],
+                                    "description": "The scope of the caller that made it (Sandbox-Scope), or null."}}}
 SECRET_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 128}}
 SECRET_VIEW = {"type": "object", "required": ["name", "hosts"],
                "properties": {"name": {"type": "string"}, "hosts": {"type": "array", "items": {"type": "string"}}},
@@ -114,7 +121,8 @@ def json_body(fields: dict) -> dict:
 
 def op(summary: str, ok: str = "200", body: dict | None = None, params=(), errors=(401, 404, 410, 422),
         content: str = "application/json", ok_schema: dict | None = None) -> dict:
-    op = {"summary": summary, "parameters": list(params),
+    params = [*params, SANDBOX_SCOPE] if SANDBOX_ID in params else list(params)  # every per-sandbox route checks it
+    op = {"summary": summary, "parameters": params,
           "responses": {ok: {"description": "success", "content": {content: {"schema": ok_schema or {}}}},
                         **error_responses(*errors)}}
     if body is not None:

@@ -3,6 +3,8 @@
 - **Owner**: on a shared (``--multi-user``) server, the uid of the user who created the
   sandbox (from the unix socket's peer credentials); None on a per-user server or for a
   token holder. Requests of another tenant are answered as for an unknown id.
+- **Scope**: the label a scoped caller (an agent's tools, see scopes.py) gave the sandbox
+  it created; None for everyone else's.
 - **Link**: a sandbox created with ``end_with_caller`` ends as soon as the process that
   created it exits. The kernel asks for it, so that a kernel killed without a shutdown
   (nbval, a crashed notebook server, ``kill -9``) does not leave its sandbox running until
@@ -60,10 +62,21 @@ def process_start_time(pid: int) -> int | None:
 class Tenancy:
     def __init__(self) -> None:
         self.owners: dict[str, int | None] = {}
+        self.scopes: dict[str, str] = {}
         self._watches: dict[str, int] = {}
 
     def owner_of(self, sandbox_id: str) -> int | None:
         return self.owners.get(sandbox_id)
+
+    def scope_of(self, sandbox_id: str) -> str | None:
+        return self.scopes.get(sandbox_id)
+
+    def label(self, sandbox_id: str, sandbox_dir: str, scope: str) -> None:
+        """Label a sandbox just created or forked with its creator's scope, kept beside its owner."""
+        self.scopes[sandbox_id] = scope
+        path = os.path.join(sandbox_dir, FILE_NAME)
+        data = statefile.read_json(path) or {"owner": self.owners.get(sandbox_id)}
+        statefile.write_json(path, {**data, "scope": scope}, mode=0o600, durable=False)
 
     def record(self, sandbox_id: str, sandbox_dir: str, owner: int | None, link: Link | None) -> None:
         self.owners[sandbox_id] = owner
@@ -78,8 +91,10 @@ class Tenancy:
     def load(self, sandbox_id: str, sandbox_dir: str) -> Link | None:
         """Read what `record` kept; the link, if the sandbox has one."""
         data = statefile.read_json(os.path.join(sandbox_dir, FILE_NAME)) or {}
-        owner = data.get("owner")
+        owner, scope = data.get("owner"), data.get("scope")
         self.owners[sandbox_id] = owner if isinstance(owner, int) else None
+        if isinstance(scope, str):
+            self.scopes[sandbox_id] = scope
         end_with = data.get("end_with")
         if isinstance(end_with, dict) and isinstance(end_with.get("pid"), int) and isinstance(end_with.get("start_time"), int):
             return Link(end_with["pid"], end_with["start_time"])
@@ -119,6 +134,7 @@ class Tenancy:
     def forget(self, sandbox_id: str) -> None:
         self.unwatch(sandbox_id)
         self.owners.pop(sandbox_id, None)
+        self.scopes.pop(sandbox_id, None)
 
     def close(self) -> None:
         for sandbox_id in list(self._watches):

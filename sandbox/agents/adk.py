@@ -28,10 +28,11 @@ it displayed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
-import io
 import logging
 import mimetypes
+import secrets
 import threading
 import typing as t
 from dataclasses import dataclass, field
@@ -41,9 +42,10 @@ from google.adk.code_executors.code_execution_utils import CodeExecutionInput, C
 from google.adk.tools import FunctionTool
 from pydantic import Field, PrivateAttr
 
-from ..client import AsyncSandbox, FileInfo, Sandbox, SandboxError, SandboxGone, SandboxNotFound, resolve
+from ..client import (AsyncSandbox, FileInfo, InvalidRequest, Sandbox, SandboxError, SandboxGone, SandboxNotFound,
+                      resolve)
 from ..runtime import vocabulary as V
-from .transcript import MAX_TEXT_CHARS, Transcript, cap
+from .transcript import MAX_TEXT_CHARS, READ_MAX_BYTES, Transcript, cap, read_refusal
 
 __all__ = ["SandboxCodeExecutor", "sandbox_tools"]
 
@@ -102,27 +104,13 @@ def _content_bytes(file: File) -> bytes:
     return base64.b64decode(file.content)
 
 
-class _CappedSink(io.RawIOBase):
-    """A download target that refuses to hold more than ``limit`` bytes."""
-
-    def __init__(self, limit: int) -> None:
-        self.buf = io.BytesIO()
-        self.limit = limit
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: t.Any) -> int:
-        if self.buf.tell() + len(data) > self.limit:
-            raise OverflowError(f"larger than {self.limit} bytes")
-        return self.buf.write(data)
-
-
 class SandboxCodeExecutor(BaseCodeExecutor):
     """Runs the model's code in sandboxes of a sandbox-kernel server.
 
     ``url``/``token`` default to SANDBOX_KERNEL_URL / SANDBOX_KERNEL_TOKEN (or the local
-    server's token file), as for the Python client. ``timeout_seconds`` (ADK's field) is the
+    server's token file), as for the Python client. ``scope`` labels its sandboxes on the
+    server (sandbox/scopes.py; default a new ``adk-XXXXXXXX`` per executor), and its
+    requests reach no sandbox of another scope: not the user's notebook, not another agent's. ``timeout_seconds`` (ADK's field) is the
     per-run timeout: the cell is interrupted, its variables kept.
     """
 
@@ -133,6 +121,7 @@ class SandboxCodeExecutor(BaseCodeExecutor):
     cpus: float | None = None
     url: str | None = None
     token: str | None = Field(default=None, repr=False, exclude=True)
+    scope: str = Field(default_factory=lambda: f"adk-{secrets.token_hex(4)}")
     max_output_files: int = 20
     max_output_file_bytes: int = 20 * 1024 * 1024
     max_output_chars: int = MAX_TEXT_CHARS
@@ -207,7 +196,8 @@ class SandboxCodeExecutor(BaseCodeExecutor):
     async def _create(self) -> AsyncSandbox:
         return await AsyncSandbox.create(
             image=self.image, ttl_seconds=self.ttl_seconds, memory_mb=self.memory_mb, cpus=self.cpus,
-            metadata={"client": "adk-code-executor"}, config=resolve(self.url, self.token),
+            metadata={"client": "adk-code-executor"},
+            config=dataclasses.replace(resolve(self.url, self.token), scope=self.scope),
         )
 
     async def _session(self, execution_id: str) -> _Session:
@@ -309,16 +299,17 @@ class SandboxCodeExecutor(BaseCodeExecutor):
             if (info.size or 0) > self.max_output_file_bytes:
                 skipped.append(f"{info.path} ({info.size} bytes, over the {self.max_output_file_bytes} byte cap)")
                 continue
-            sink = _CappedSink(self.max_output_file_bytes)
             try:
-                await sbx.files.download(info.path, sink)
-            except OverflowError:
+                data = await sbx.files.read(info.path, max_bytes=self.max_output_file_bytes)
+            except InvalidRequest as exc:
+                if exc.code != "too_large":
+                    raise
                 skipped.append(f"{info.path} (grew over the {self.max_output_file_bytes} byte cap)")
                 continue
             except SandboxNotFound:
                 continue  # removed again meanwhile
             mime = mimetypes.guess_type(info.path)[0] or "application/octet-stream"
-            files.append(File(name=info.path, content=sink.buf.getvalue(), mime_type=mime))
+            files.append(File(name=info.path, content=data, mime_type=mime))
         note = f"[output files not returned: {', '.join(skipped)}]\n" if skipped else ""
         return files, note
 
@@ -365,6 +356,8 @@ class SandboxCodeExecutor(BaseCodeExecutor):
 def sandbox_tools(sbx: Sandbox | AsyncSandbox, *, timeout_seconds: float | None = 600) -> list[FunctionTool]:
     """ADK function tools over one sandbox: run_code, run_command, read_file, write_file and
     list_files. The sandbox keeps its state between calls; the caller owns its lifetime.
+    The tools take no sandbox id: the model reaches this sandbox only. Create it with a
+    scoped config (``ServerConfig.scope``) to have the server hold the agent to it as well.
 
     Give an ``AsyncSandbox`` created on the loop the agent runs on; a sync ``Sandbox`` works
     too (its calls run in worker threads, never on the event loop). ``run_command`` is
@@ -400,7 +393,12 @@ def sandbox_tools(sbx: Sandbox | AsyncSandbox, *, timeout_seconds: float | None 
 
     async def read_file(path: str) -> dict[str, t.Any]:
         """Read a text file from the sandbox's /workspace (path relative to it)."""
-        data = await call(sbx.files.read, path)
+        try:
+            data = await call(sbx.files.read, path, max_bytes=READ_MAX_BYTES)
+        except InvalidRequest as exc:
+            if read_refusal(exc) is None:
+                raise
+            return {"path": path, "error": read_refusal(exc)}
         return {"path": path, "size": len(data), "content": cap(data.decode("utf-8", "replace"))}
 
     async def write_file(path: str, content: str) -> dict[str, t.Any]:

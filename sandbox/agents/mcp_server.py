@@ -5,13 +5,20 @@ It is a client of a sandbox server (SANDBOX_KERNEL_URL / SANDBOX_KERNEL_TOKEN, a
 Python client) and offers its clients tools to create, list and delete sandboxes, run code
 (text, the error, figures as image content), run a command, and write, read and list files.
 
+What it may reach: only the sandboxes it created. It declares a scope on every request
+(``Sandbox-Scope``, sandbox/scopes.py; ``--scope``, default a new ``mcp-XXXXXXXX`` per start):
+the sandbox server labels what it creates with it, lists only those, and answers any other
+id (the user's notebook sandbox, another agent's) as unknown. ``--reach SCOPE`` names
+further scopes it may reach, ``--reach '*'`` every sandbox the token reaches.
+
 Which sandbox a tool call uses: the ``sandbox_id`` argument if given; otherwise the MCP
 session's own sandbox, created on its first use and kept, with its variables, for the
 session's later calls. Over stdio the session is the connection (the process); over
-streamable HTTP it is the ``Mcp-Session-Id`` of a session-based (handshake) client. A
-client on the stateless protocol has no session to hang state on, so it calls
-``create_sandbox`` and passes the id it gets. Session sandboxes end when the server stops,
-or by their TTL (renewed by every run) if a session is simply abandoned.
+streamable HTTP it is the ``Mcp-Session-Id`` of a session-based (handshake) client, and a
+client on the stateless protocol (no session id) uses the server's own default sandbox,
+as a stdio client does: both transports answer the same calls the same way. Session
+sandboxes end when the server stops, or by their TTL (renewed by every run) if a session is
+simply abandoned.
 
 Over HTTP the server answers only requests carrying the same bearer token as the sandbox
 API (``Authorization: Bearer <token>``), checked in constant time before the SDK sees them.
@@ -21,38 +28,42 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
+import functools
 import json
 import logging
+import secrets
 import typing as t
 from dataclasses import dataclass, field
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ImageContent, TextContent
 
-from ..client import AsyncSandbox, SandboxError, ServerConfig, resolve
+from ..client import AsyncSandbox, InvalidRequest, SandboxError, ServerConfig, resolve
 from ..runtime import vocabulary as V
-from .transcript import Transcript, cap
+from .transcript import READ_MAX_BYTES, Transcript, cap, read_refusal
 
 __all__ = ["SandboxMCP", "build_server", "serve_http", "serve_stdio"]
 
 log = logging.getLogger(__name__)
 
-STDIO_SESSION = "stdio"
+DEFAULT_SESSION = "default"  # stdio's one connection, and HTTP clients without a session
 INSTRUCTIONS = (
     "Stateful Python sandboxes: isolated, no network, files in /workspace. Variables, imports and "
     "files persist between run_code calls on the same sandbox. Without sandbox_id, a tool uses this "
-    "session's sandbox (made on first use); if the server says there is no session, call "
-    "create_sandbox first and pass its sandbox_id to every later call."
+    "session's sandbox (made on first use); create_sandbox makes more, to pass by sandbox_id."
 )
 
 
-class NoSession(Exception):
-    """A call without sandbox_id on a connection that has no MCP session."""
+def scoped(config: ServerConfig, scope: str | None = None, reach: t.Sequence[str] = ()) -> ServerConfig:
+    """``config`` declaring a scope (a new ``mcp-XXXXXXXX`` if none is named) and what else it reaches."""
+    own = scope or f"mcp-{secrets.token_hex(4)}"
+    return dataclasses.replace(config, scope=", ".join([own, *reach]))
 
 
 @dataclass
 class SandboxMCP:
-    """The MCP server's state: its sandbox server, and the session -> sandbox map."""
+    """The MCP server's state: its sandbox server (with its scope), and the session -> sandbox map."""
 
     config: ServerConfig
     image: str | None = None
@@ -100,18 +111,9 @@ class SandboxMCP:
 
 
 def session_key(ctx: Context | None) -> str:
-    if ctx is None:
-        return STDIO_SESSION
-    headers = ctx.headers
-    if headers is None:  # stdio: one connection, one session
-        return STDIO_SESSION
-    session_id = headers.get("mcp-session-id")
-    if not session_id:
-        raise NoSession(
-            "this connection has no MCP session (a stateless protocol version), so there is no "
-            "session sandbox: call create_sandbox and pass its sandbox_id to every call"
-        )
-    return "http:" + session_id
+    headers = ctx.headers if ctx is not None else None
+    session_id = headers.get("mcp-session-id") if headers is not None else None
+    return "http:" + session_id if session_id else DEFAULT_SESSION
 
 
 def _text(text: str, error: bool = False) -> CallToolResult:
@@ -122,126 +124,125 @@ def _json(value: t.Any) -> CallToolResult:
     return _text(json.dumps(value, indent=1, default=str))
 
 
-def build_server(state: SandboxMCP, *, with_commands: bool | None = None) -> MCPServer:
-    """The MCPServer with its tools, over ``state``'s sandbox server."""
-    server = MCPServer("sandbox-kernel", instructions=INSTRUCTIONS)
-
-    async def guarded(call: t.Callable[[], t.Awaitable[CallToolResult]]) -> CallToolResult:
-        """A refusal the model can act on (is_error content), never a traceback."""
+def refusals_as_results(tool: t.Callable[..., t.Awaitable[CallToolResult]]) -> t.Callable[..., t.Awaitable[CallToolResult]]:
+    """A refusal the model can act on (is_error content), never a traceback."""
+    @functools.wraps(tool)
+    async def guarded(*args: t.Any, **kwargs: t.Any) -> CallToolResult:
         try:
-            return await call()
-        except NoSession as exc:
-            return _text(str(exc), error=True)
+            return await tool(*args, **kwargs)
         except SandboxError as exc:
             return _text(f"sandbox server: {exc.message}", error=True)
+    return guarded
 
-    @server.tool()
-    async def create_sandbox(image: str = "", ttl_seconds: int = 0) -> CallToolResult:
+
+class Tools:
+    """The tools over one `SandboxMCP`; each docstring is what the model reads."""
+
+    def __init__(self, state: SandboxMCP) -> None:
+        self.state = state
+
+    @refusals_as_results
+    async def create_sandbox(self, image: str = "", ttl_seconds: int = 0) -> CallToolResult:
         """Create a new sandbox (a stateful Python interpreter with its own /workspace) and
         return its sandbox_id, to pass to the other tools. Optional: image name, ttl_seconds."""
-        async def go() -> CallToolResult:
-            sbx = await state.create(image or None, ttl_seconds or None, origin="create_sandbox")
-            try:
-                info = sbx.info
-                return _json({"sandbox_id": sbx.id, "image": info.image, "expires_at": info.expires_at})
-            finally:
-                await sbx.close()
-        return await guarded(go)
+        sbx = await self.state.create(image or None, ttl_seconds or None, origin="create_sandbox")
+        try:
+            info = sbx.info
+            return _json({"sandbox_id": sbx.id, "image": info.image, "expires_at": info.expires_at})
+        finally:
+            await sbx.close()
 
-    @server.tool()
-    async def list_sandboxes() -> CallToolResult:
-        """List the live sandboxes: id, image, state, expiry."""
-        async def go() -> CallToolResult:
-            infos = await AsyncSandbox.list(config=state.config)
-            return _json({"sandboxes": [{"sandbox_id": i.id, "image": i.image, "state": i.state,
-                                         "expires_at": i.expires_at} for i in infos]})
-        return await guarded(go)
+    @refusals_as_results
+    async def list_sandboxes(self) -> CallToolResult:
+        """List the live sandboxes of this server: id, image, state, expiry."""
+        infos = await AsyncSandbox.list(config=self.state.config)
+        return _json({"sandboxes": [{"sandbox_id": i.id, "image": i.image, "state": i.state,
+                                     "expires_at": i.expires_at} for i in infos]})
 
-    @server.tool()
-    async def delete_sandbox(ctx: Context, sandbox_id: str = "") -> CallToolResult:
+    @refusals_as_results
+    async def delete_sandbox(self, ctx: Context, sandbox_id: str = "") -> CallToolResult:
         """Delete a sandbox (default: this session's) and everything in it."""
-        async def go() -> CallToolResult:
-            if not sandbox_id:
-                key = session_key(ctx)
-                sbx = state.session_sandboxes.get(key)
-                if sbx is None:
-                    return _text("this session has no sandbox to delete")
-            else:
-                sbx = await state.sandbox(ctx, sandbox_id)
-            state.release(sbx)
-            try:
-                await sbx.delete()
-            finally:
-                await sbx.close()
-            return _json({"sandbox_id": sbx.id, "deleted": True})
-        return await guarded(go)
+        if not sandbox_id and session_key(ctx) not in self.state.session_sandboxes:
+            return _text("this session has no sandbox to delete")
+        sbx = await self.state.sandbox(ctx, sandbox_id)
+        try:
+            if not self.state.release(sbx):
+                await sbx.refresh()  # an id this server cannot reach is said so, not "deleted"
+            await sbx.delete()
+        finally:
+            await sbx.close()
+        return _json({"sandbox_id": sbx.id, "deleted": True})
 
-    @server.tool()
-    async def run_code(ctx: Context, code: str, sandbox_id: str = "", timeout_seconds: float = 0) -> CallToolResult:
+    @refusals_as_results
+    async def run_code(self, ctx: Context, code: str, sandbox_id: str = "", timeout_seconds: float = 0) -> CallToolResult:
         """Run Python code in a sandbox (default: this session's). State persists between
         calls. Returns the printed text and the value of the last expression; figures come
         back as images; a failed run is marked as an error with its traceback."""
-        async def go() -> CallToolResult:
-            sbx = await state.sandbox(ctx, sandbox_id)
-            transcript = Transcript()
-            execution = await sbx.run_code(code, timeout_seconds=timeout_seconds or None, on_event=transcript.add)
-            exit_code, text, error = transcript.finish(execution)
-            if execution.sandbox_state == V.DEAD:
-                state.release(sbx)
-            content: list[t.Any] = []
-            if text:
-                content.append(TextContent(type="text", text=text))
-            if error:
-                content.append(TextContent(type="text", text=error))
-            content += [ImageContent(type="image", data=base64.b64encode(f.data).decode(), mime_type=f.mime_type)
-                        for f in transcript.figures]
-            if not content:
-                content.append(TextContent(type="text", text="(no output)"))
-            return CallToolResult(content=content, is_error=exit_code != 0)
-        return await guarded(go)
+        sbx = await self.state.sandbox(ctx, sandbox_id)
+        transcript = Transcript()
+        execution = await sbx.run_code(code, timeout_seconds=timeout_seconds or None, on_event=transcript.add)
+        exit_code, text, error = transcript.finish(execution)
+        if execution.sandbox_state == V.DEAD:
+            self.state.release(sbx)
+        content: list[t.Any] = [TextContent(type="text", text=part) for part in (text, error) if part]
+        content += [ImageContent(type="image", data=base64.b64encode(f.data).decode(), mime_type=f.mime_type)
+                    for f in transcript.figures]
+        return CallToolResult(content=content or [TextContent(type="text", text="(no output)")],
+                              is_error=exit_code != 0)
 
-    if has_commands() if with_commands is None else with_commands:
-        @server.tool()
-        async def run_command(ctx: Context, command: str, sandbox_id: str = "", cwd: str = "",
-                              timeout_seconds: float = 0) -> CallToolResult:
-            """Run a shell command in a sandbox (default: this session's; same /workspace as
-            run_code, no network). Returns exit_code, stdout, stderr and timed_out."""
-            async def go() -> CallToolResult:
-                sbx = await state.sandbox(ctx, sandbox_id)
-                result = await sbx.commands.run(command, cwd=cwd or None, timeout=timeout_seconds or None)
-                body = {"exit_code": result.exit_code, "stdout": cap(result.stdout), "stderr": cap(result.stderr),
-                        "timed_out": result.timed_out}
-                return CallToolResult(content=[TextContent(type="text", text=json.dumps(body, indent=1))],
-                                      is_error=result.exit_code != 0 or bool(result.timed_out))
-            return await guarded(go)
+    @refusals_as_results
+    async def run_command(self, ctx: Context, command: str, sandbox_id: str = "", cwd: str = "",
+                          timeout_seconds: float = 0) -> CallToolResult:
+        """Run a shell command in a sandbox (default: this session's; same /workspace as
+        run_code, no network). Returns exit_code, stdout, stderr and timed_out."""
+        sbx = await self.state.sandbox(ctx, sandbox_id)
+        result = await sbx.commands.run(command, cwd=cwd or None, timeout=timeout_seconds or None)
+        body = {"exit_code": result.exit_code, "stdout": cap(result.stdout), "stderr": cap(result.stderr),
+                "timed_out": result.timed_out}
+        return CallToolResult(content=[TextContent(type="text", text=json.dumps(body, indent=1))],
+                              is_error=result.exit_code != 0 or bool(result.timed_out))
 
-    @server.tool()
-    async def write_file(ctx: Context, path: str, content: str, sandbox_id: str = "") -> CallToolResult:
+    @refusals_as_results
+    async def write_file(self, ctx: Context, path: str, content: str, sandbox_id: str = "") -> CallToolResult:
         """Write a text file into a sandbox's /workspace (path relative to it)."""
-        async def go() -> CallToolResult:
-            sbx = await state.sandbox(ctx, sandbox_id)
-            body = await sbx.files.write(path, content.encode())
-            return _json({"path": (body or {}).get("path", path), "size": len(content.encode())})
-        return await guarded(go)
+        sbx = await self.state.sandbox(ctx, sandbox_id)
+        body = await sbx.files.write(path, content.encode())
+        return _json({"path": (body or {}).get("path", path), "size": len(content.encode())})
 
-    @server.tool()
-    async def read_file(ctx: Context, path: str, sandbox_id: str = "") -> CallToolResult:
+    @refusals_as_results
+    async def read_file(self, ctx: Context, path: str, sandbox_id: str = "") -> CallToolResult:
         """Read a text file from a sandbox's /workspace (path relative to it)."""
-        async def go() -> CallToolResult:
-            sbx = await state.sandbox(ctx, sandbox_id)
-            data = await sbx.files.read(path)
-            return _text(cap(data.decode("utf-8", "replace")))
-        return await guarded(go)
+        sbx = await self.state.sandbox(ctx, sandbox_id)
+        try:
+            data = await sbx.files.read(path, max_bytes=READ_MAX_BYTES)
+        except InvalidRequest as exc:
+            refusal = read_refusal(exc)
+            if refusal is None:
+                raise
+            return _text(refusal, error=True)
+        return _text(cap(data.decode("utf-8", "replace")))
 
-    @server.tool()
-    async def list_files(ctx: Context, sandbox_id: str = "") -> CallToolResult:
+    @refusals_as_results
+    async def list_files(self, ctx: Context, sandbox_id: str = "") -> CallToolResult:
         """List the files in a sandbox's /workspace: path, size, type."""
-        async def go() -> CallToolResult:
-            sbx = await state.sandbox(ctx, sandbox_id)
-            files = await sbx.files.list()
-            return _json({"files": [{"path": f.path, "size": f.size, "type": f.type} for f in files]})
-        return await guarded(go)
+        sbx = await self.state.sandbox(ctx, sandbox_id)
+        files = await sbx.files.list()
+        return _json({"files": [{"path": f.path, "size": f.size, "type": f.type} for f in files]})
 
+
+TOOL_NAMES = ("create_sandbox", "list_sandboxes", "delete_sandbox", "run_code", "run_command", "write_file",
+              "read_file", "list_files")
+
+
+def build_server(state: SandboxMCP, *, with_commands: bool | None = None) -> MCPServer:
+    """The MCPServer with its tools, over ``state``'s sandbox server (``run_command`` only
+    when the client can run commands)."""
+    server = MCPServer("sandbox-kernel", instructions=INSTRUCTIONS)
+    tools = Tools(state)
+    commands = has_commands() if with_commands is None else with_commands
+    for name in TOOL_NAMES:
+        if name != "run_command" or commands:
+            server.add_tool(getattr(tools, name))
     return server
 
 
@@ -278,8 +279,8 @@ async def serve_http(state: SandboxMCP, host: str, port: int, *, log_level: str 
 
 
 def main(transport: str, host: str, port: int, url: str | None, token: str | None,
-         image: str | None, ttl_seconds: int | None) -> int:
-    state = SandboxMCP(resolve(url, token), image=image, ttl_seconds=ttl_seconds or 1800)
+         image: str | None, ttl_seconds: int | None, scope: str | None = None, reach: t.Sequence[str] = ()) -> int:
+    state = SandboxMCP(scoped(resolve(url, token), scope, reach), image=image, ttl_seconds=ttl_seconds or 1800)
     if transport == "stdio":
         asyncio.run(serve_stdio(state))
     else:

@@ -19,7 +19,7 @@ import re
 import typing as t
 from dataclasses import dataclass, field
 
-from ..client import Execution
+from ..client import Execution, SandboxError
 from ..runtime import vocabulary as V
 
 # What a model can use of one run: the head says what happened, the tail how it ended.
@@ -27,11 +27,23 @@ MAX_TEXT_CHARS = 20_000
 MAX_FIGURES = 10
 MAX_FIGURE_BYTES = 5 * 1024 * 1024
 FIGURE_TYPES = {"image/png": "png", "image/jpeg": "jpg"}
+# The most a read_file tool brings into the agent's process, by the file's apparent size (a
+# sparse file that uses nothing in the sandbox still streams whole): the server's
+# file_max_bytes bounds every download, this bounds what an agent holds in memory at once.
+READ_MAX_BYTES = 4 * 1024 * 1024
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 def clean(text: str) -> str:
     return ANSI_RE.sub("", text)
+
+
+def read_refusal(exc: "SandboxError") -> str | None:
+    """The words for a read refused as too large (the model can act on them), else None."""
+    if getattr(exc, "code", None) != "too_large":
+        return None
+    return (f"{exc.message}; read_file returns files of up to {READ_MAX_BYTES} bytes: look at a part of it "
+            "with run_code (e.g. open(path).read(10000))")
 
 
 def cap(text: str, limit: int = MAX_TEXT_CHARS) -> str:

@@ -45,6 +45,9 @@ class ServerConfig:
     state_dir: pathlib.Path = field(default_factory=default_state_dir)
     token_source: str = ""
     socket: str | None = None
+    #: ``Sandbox-Scope`` sent with every request (``own[, others]``): the server labels what
+    #: this client creates with ``own`` and answers only for sandboxes of these scopes.
+    scope: str | None = None
 
     @property
     def endpoint(self) -> _endpoint.Endpoint:
@@ -60,6 +63,8 @@ class ServerConfig:
         headers = {"User-Agent": "sandbox-kernel-client"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        if self.scope:
+            headers["Sandbox-Scope"] = self.scope
         return headers
 
 

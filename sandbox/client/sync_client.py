@@ -40,6 +40,7 @@ from .wire import (
     call,
     iter_upload,
     EventRoute,
+    check_size,
     check_stream_done,
     command_body,
     command_callbacks,
@@ -169,29 +170,35 @@ class Files:
             timeout=transfer_timeout(tr.timeout),
         )
 
-    def read(self, path: str) -> bytes:
-        """The whole file in memory: for small files; use `download` for large ones."""
+    def read(self, path: str, max_bytes: int | None = None) -> bytes:
+        """The whole file in memory: for small files (``max_bytes`` caps it, see `download`);
+        use `download` for large ones."""
         buf = io.BytesIO()
-        self.download(path, buf)
+        self.download(path, buf, max_bytes=max_bytes)
         return buf.getvalue()
 
-    def download(self, path: str, dest: str | os.PathLike | t.BinaryIO, progress: Progress | None = None) -> int:
+    def download(self, path: str, dest: str | os.PathLike | t.BinaryIO, progress: Progress | None = None,
+                       max_bytes: int | None = None) -> int:
         """Stream a file to `dest` (a local path or a binary file object); returns its size.
 
         A path is written to a temporary sibling and renamed at the end, so that a failed
-        download never leaves a truncated file under the final name.
+        download never leaves a truncated file under the final name. With ``max_bytes``, a
+        file larger than that (announced, or counted as it arrives) raises `InvalidRequest`
+        (``too_large``) before more than ``max_bytes`` is written.
         """
         tr = self._sandbox._transport
         with tr.stream("GET", file_url(self._sandbox.id, path), timeout=transfer_timeout(tr.timeout)) as response:
             total = content_length(response)
+            check_size(path, total, max_bytes)
             with Sink(dest) as sink:
                 received = 0
                 if progress is not None:
                     progress(0, total)
                 try:
                     for chunk in response.iter_bytes(CHUNK_SIZE):
-                        sink.write(chunk)
                         received += len(chunk)
+                        check_size(path, received, max_bytes)
+                        sink.write(chunk)
                         if progress is not None:
                             progress(received, total)
                 except httpx.TransportError as exc:

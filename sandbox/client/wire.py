@@ -21,7 +21,7 @@ import httpx
 
 from ..runtime import vocabulary as V
 from .configuration import ServerConfig
-from .errors import ServerUnavailable
+from .errors import InvalidRequest, ServerUnavailable
 
 CHUNK_SIZE = 1024 * 1024
 
@@ -247,6 +247,12 @@ def content_length(response: httpx.Response) -> int | None:
         return int(response.headers["Content-Length"])
     except (KeyError, ValueError):
         return None
+
+
+def check_size(path: str, size: int | None, max_bytes: int | None) -> None:
+    """Refuse a download past the caller's cap, by what the server announced or what came."""
+    if max_bytes is not None and size is not None and size > max_bytes:
+        raise InvalidRequest("too_large", f"{path!r} is larger than the {max_bytes} bytes this call may read", 413)
 
 
 class Sink:

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .. import __version__, schemas
+from .. import __version__, schemas, scopes
 from ..api import EXCEPTION_HANDLERS, TokenAuth, openapi_document, read_body
 from ..usage.metrics import CONTENT_TYPE as METRICS_TYPE
 from ..errors import ApiError
@@ -87,6 +87,12 @@ async def drain(request: Request):
     return Response(content, upstream.status_code, media_type="application/json")
 
 
+def scope_header(request: Request) -> dict[str, str]:
+    """The caller's Sandbox-Scope, passed on: the node labels and filters by it (sandbox/scopes.py)."""
+    value = request.headers.get(scopes.HEADER)
+    return {scopes.HEADER: value} if value is not None else {}
+
+
 async def create(request: Request):
     table, proxy = table_of(request), request.app.state.proxy
     raw = await read_body(request, request.app.state.config.request_max_bytes)
@@ -104,7 +110,7 @@ async def create(request: Request):
     for node in candidates:
         try:
             upstream = await proxy.send(node, "POST", "/v1/sandboxes", content=raw,
-                                        headers={"content-type": "application/json"})
+                                        headers={"content-type": "application/json", **scope_header(request)})
         except NotSent as exc:
             refused[node.node_id] = exc.message
             continue
@@ -131,7 +137,7 @@ async def from_every_node(request: Request, path: str, key: str) -> tuple[list[t
     async def one(node: Node) -> list:
         if not node.up:
             raise ApiError(503, "unavailable", node.error or "down")
-        upstream = await proxy.send(node, "GET", path, timeout=list_timeout)
+        upstream = await proxy.send(node, "GET", path, timeout=list_timeout, headers=scope_header(request))
         content = await _read_all(upstream, node)
         if upstream.status_code != 200:
             raise ApiError(503, "unavailable", f"HTTP {upstream.status_code}: {_message(content)}")

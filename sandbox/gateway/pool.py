@@ -24,7 +24,7 @@ if t.TYPE_CHECKING:
 
 # Request headers a node gets from the client; the relay writes Host, Authorization (the
 # node's token) and the body's framing itself.
-NODE_REQUEST_HEADERS = frozenset((b"content-type", b"accept"))
+NODE_REQUEST_HEADERS = frozenset((b"content-type", b"accept", b"sandbox-scope"))  # the node checks the scope
 # Response headers a client gets from a node; the relay writes the framing itself.
 NODE_RESPONSE_HEADERS = frozenset((b"content-type", b"cache-control", b"x-accel-buffering", b"www-authenticate"))
 # Hop-by-hop headers (and the framing, which the relay writes): never passed on as they are.

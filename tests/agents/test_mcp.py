@@ -144,31 +144,22 @@ def test_mcp_over_http_needs_the_token(sandbox_server: support.Server, mcp_http:
 
 def test_mcp_over_http_session_keeps_its_sandbox(sandbox_server: support.Server, mcp_http: str) -> None:
     """A session-based client (the handshake protocol, Mcp-Session-Id) gets one sandbox for
-    its session; a stateless client is told to create one and pass its id, and can."""
+    its session; a stateless client (no session id) has the same conversation as a stdio
+    client, on the server's default sandbox: both transports behave the same."""
     auth = {"Authorization": f"Bearer {sandbox_server.token}"}
     before = set(mcp_sandboxes(sandbox_server))
 
-    async def session_client() -> dict[str, t.Any]:
+    async def conversation(mode: str) -> dict[str, t.Any]:
         async with httpx2.AsyncClient(headers=auth, timeout=120) as http:
-            async with Client(streamable_http_client(mcp_http, http_client=http), mode="legacy",
+            async with Client(streamable_http_client(mcp_http, http_client=http), mode=mode,
                               read_timeout_seconds=120) as client:
                 return await exercise(client, sandbox_server)
 
-    seen = anyio.run(session_client)
+    seen = anyio.run(conversation, "legacy")
     assert len(seen["session_sandboxes"] - before) == 1, seen
-
-    async def stateless_client() -> None:
-        async with httpx2.AsyncClient(headers=auth, timeout=120) as http:
-            async with Client(streamable_http_client(mcp_http, http_client=http), read_timeout_seconds=120) as client:
-                refused = await client.call_tool("run_code", {"code": "1 + 1"})
-                assert refused.is_error and "create_sandbox" in texts(refused), refused
-                sid = json.loads(texts(await client.call_tool("create_sandbox", {})))["sandbox_id"]
-                await client.call_tool("run_code", {"code": "y = 5", "sandbox_id": sid})
-                kept = await client.call_tool("run_code", {"code": "y * 2", "sandbox_id": sid})
-                assert texts(kept).strip() == "10", kept
-                await client.call_tool("delete_sandbox", {"sandbox_id": sid})
-
-    anyio.run(stateless_client)
+    stateless = anyio.run(conversation, "auto")  # the SDK's default: the stateless protocol
+    made = stateless["session_sandboxes"] - seen["session_sandboxes"] - before
+    assert len(made) == 1, stateless  # the default sandbox, made on first use like stdio's
 
 
 def test_mcp_run_command_follows_the_client(sandbox_server: support.Server) -> None:
@@ -196,3 +187,144 @@ def test_mcp_run_command_follows_the_client(sandbox_server: support.Server) -> N
     body = json.loads(texts(result))
     assert result.is_error and body["exit_code"] == 3 and body["timed_out"] is False, body
     assert body["stdout"].strip() == "2" and body["stderr"].strip() == "oops", body
+
+
+# ------------------------------------------------------------------------ red team: reach
+
+SCOPED_ROUTES = (("GET", ""), ("POST", "/execute"), ("GET", "/files"), ("GET", "/files/secret.txt"),
+                 ("PUT", "/files/planted.txt"), ("DELETE", "/files/secret.txt"), ("POST", "/renew"),
+                 ("DELETE", ""))
+
+
+def as_scope(server: support.Server, scope: str | None) -> httpx.Client:
+    """A client of the sandbox server declaring ``scope`` (None: none), as an agent's tools do."""
+    headers = {**server.headers, **({"Sandbox-Scope": scope} if scope else {})}
+    return httpx.Client(base_url=server.url, headers=headers, timeout=httpx.Timeout(30, read=120))
+
+
+def probe_routes(server: support.Server, sandbox_id: str, scope: str | None) -> dict[str, int]:
+    """Every per-sandbox route tried on ``sandbox_id`` as a caller declaring ``scope``
+    (None: none), and the listing: the status of each (the DELETE last)."""
+    seen = {}
+    with as_scope(server, scope) as c:
+        listed = {s["id"] for s in c.get("/v1/sandboxes").json()["sandboxes"]}
+        seen["listed"] = 200 if sandbox_id in listed else 404
+        for method, tail in SCOPED_ROUTES[:-1]:
+            body = {"json": {"code": "1"}} if tail == "/execute" else {"json": {}} if tail == "/renew" else \
+                {"content": b"x"} if method == "PUT" else {}
+            seen[f"{method} {tail or '/'}"] = c.request(method, f"/v1/sandboxes/{sandbox_id}{tail}", **body).status_code
+    return seen
+
+
+def test_an_agent_reaches_only_its_own_sandboxes(sandbox_server: support.Server) -> None:
+    """Red team: an agent over MCP lists sandboxes and passes the id of the user's notebook
+    sandbox to every tool. The sandbox server (not the tool) refuses each as an unknown id,
+    leaves it out of listings, and the notebook's variables are untouched. Controls: the same
+    requests without a declared scope reach it (the probe would notice a missing check), and
+    an MCP server started with an explicit ``--reach '*'`` reads its variable."""
+    from sandbox.agents.mcp_server import SandboxMCP, build_server, scoped
+    from sandbox.client import resolve
+
+    with sandbox_server.client() as c:
+        notebook = support.create(c, ttl_seconds=300)["id"]
+        support.execute(c, notebook, "secret = 'the user data'\nopen('secret.txt', 'w').write(secret)")
+
+    async def agent(reach: tuple[str, ...]) -> dict[str, t.Any]:
+        config = scoped(resolve(sandbox_server.url, sandbox_server.token), None, reach)
+        state = SandboxMCP(config, ttl_seconds=300)
+        try:
+            async with Client(build_server(state, with_commands=False)) as client:
+                own = json.loads(texts(await client.call_tool("create_sandbox", {})))["sandbox_id"]
+                listed = json.loads(texts(await client.call_tool("list_sandboxes", {})))
+                calls = {name: await client.call_tool(name, {"sandbox_id": notebook, **args}) for name, args in (
+                    ("run_code", {"code": "secret"}), ("read_file", {"path": "secret.txt"}),
+                    ("list_files", {}), ("write_file", {"path": "planted.txt", "content": "x"}),
+                    ("delete_sandbox", {}))}
+                return {"own": own, "scope": config.scope, "listed": {s["sandbox_id"] for s in listed["sandboxes"]},
+                        "calls": calls}
+        finally:
+            await state.close()
+
+    try:
+        seen = anyio.run(agent, ())
+        assert seen["listed"] == {seen["own"]}, seen["listed"]
+        for name, result in seen["calls"].items():
+            assert result.is_error and f"no sandbox with id {notebook!r}" in texts(result), (name, result)
+        # The server's rule, not the tool's: each route as the agent's scope is a 404.
+        refused = probe_routes(sandbox_server, notebook, seen["scope"].split(",")[0])
+        assert set(refused.values()) == {404}, refused
+        with sandbox_server.client() as c:
+            assert support.result_text(support.execute(c, notebook, "secret")) == "'the user data'"
+            r = c.get(f"/v1/sandboxes/{notebook}/files")
+            assert [f["path"] for f in r.json()["files"]] == ["secret.txt"], r.text  # nothing planted
+            assert c.get(f"/v1/sandboxes/{notebook}").json()["scope"] is None
+        # Control 1: the same requests without a scope reach the notebook's sandbox.
+        reached = probe_routes(sandbox_server, notebook, None)
+        assert reached["listed"] == 200 and reached["GET /"] == 200 and reached["GET /files/secret.txt"] == 200, reached
+        # Control 2: an agent started with an explicit --reach '*' reads the variable.
+        wide = anyio.run(agent, ("*",))
+        assert texts(wide["calls"]["run_code"]).strip() == "'the user data'", wide["calls"]["run_code"]
+        assert notebook in wide["listed"]
+    finally:
+        with sandbox_server.client() as c:
+            c.delete(f"/v1/sandboxes/{notebook}")
+
+
+def test_a_scope_label_is_kept_and_named_scopes_are_reachable(sandbox_server: support.Server) -> None:
+    """A sandbox made under scope A is labelled A; scope B cannot reach it unless B names A
+    (``--reach A``); a malformed scope is a 400, not a silent unscoped caller."""
+    with as_scope(sandbox_server, "agent-a") as a:
+        made = support.create(a, ttl_seconds=120)
+        assert made["scope"] == "agent-a", made
+        sid = made["id"]
+        assert a.get(f"/v1/sandboxes/{sid}").json()["scope"] == "agent-a"
+    try:
+        with as_scope(sandbox_server, "agent-b") as b:
+            assert b.get(f"/v1/sandboxes/{sid}").status_code == 404
+            assert sid not in {s["id"] for s in b.get("/v1/sandboxes").json()["sandboxes"]}
+        with as_scope(sandbox_server, "agent-b, agent-a") as b:
+            assert b.get(f"/v1/sandboxes/{sid}").status_code == 200
+        with as_scope(sandbox_server, "bad scope!") as bad:
+            r = bad.get("/v1/sandboxes")
+            assert r.status_code == 400 and "Sandbox-Scope" in r.json()["error"]["message"], r.text
+            assert bad.post("/v1/sandboxes", json={}).status_code == 400
+    finally:
+        with sandbox_server.client() as c:
+            c.delete(f"/v1/sandboxes/{sid}")
+
+
+def test_read_file_is_bounded_by_apparent_size(sandbox_server: support.Server) -> None:
+    """Red team: a 1 GB sparse file (no space used in the sandbox) read over MCP. The server
+    refuses the download by its apparent size (413, before a byte streams) and read_file
+    says so, without bringing it into the MCP process; a 50 MB one, under the server's cap,
+    is refused by read_file's own count. Control: a sparse file under both caps streams
+    whole (its zeros are the bytes that travel), so a cap that stopped counting is noticed."""
+    from sandbox.agents.mcp_server import SandboxMCP, build_server, scoped
+    from sandbox.agents.transcript import READ_MAX_BYTES
+    from sandbox.client import resolve
+
+    async def main() -> dict[str, t.Any]:
+        state = SandboxMCP(scoped(resolve(sandbox_server.url, sandbox_server.token)), ttl_seconds=300)
+        try:
+            async with Client(build_server(state, with_commands=False)) as client:
+                await client.call_tool("run_code", {"code": (
+                    "for name, size in (('huge.bin', 1 << 30), ('mid.bin', 50 << 20), ('small.bin', 3 << 20)):\n"
+                    "    with open(name, 'wb') as f: f.truncate(size)")})
+                seen = {name: await client.call_tool("read_file", {"path": name})
+                        for name in ("huge.bin", "mid.bin", "small.bin")}
+                sid = next(iter(state.session_sandboxes.values())).id
+                with as_scope(sandbox_server, state.config.scope) as c:
+                    seen["raw_huge"] = c.get(f"/v1/sandboxes/{sid}/files/huge.bin")
+                    seen["raw_small"] = c.get(f"/v1/sandboxes/{sid}/files/small.bin")
+                return seen
+        finally:
+            await state.close()
+
+    seen = anyio.run(main)
+    for name in ("huge.bin", "mid.bin"):
+        assert seen[name].is_error and f"up to {READ_MAX_BYTES} bytes" in texts(seen[name]), seen[name]
+    huge = seen["raw_huge"]
+    assert huge.status_code == 413 and huge.json()["error"]["size"] == 1 << 30, huge.text[:300]
+    # Control: under the caps, the sparse file's apparent bytes are what arrives.
+    assert not seen["small.bin"].is_error and texts(seen["small.bin"]).startswith("\0" * 1000)
+    assert seen["raw_small"].status_code == 200 and len(seen["raw_small"].content) == 3 << 20
