@@ -343,8 +343,8 @@ async def interrupt_command(request: Request):
 
 # ----------------------------------------------------------------------- files
 async def workspace(request: Request) -> Workspace:
-    handle = await live(request)
-    return Workspace(host.workspace_dir(handle.dir), handle.uid, manager_of(request).config.file_max_bytes)
+    handle, config = await live(request), manager_of(request).config
+    return Workspace(host.workspace_dir(handle.dir), handle.uid, config.file_max_bytes, config.file_delete_seconds)
 
 
 def file_work(request: Request):

@@ -55,6 +55,8 @@ class ServiceConfig(Configurable):
     request_max_bytes = Int(1 * MiB, help="Largest JSON request body.").tag(config=True)
     files_list_max = Int(10000, help="Directory entries one GET /files reads at most; past that the listing says "
                                       "truncated: true.").tag(config=True)
+    file_delete_seconds = Int(60, help="Longest one DELETE /files may work on a tree the sandbox keeps filling; "
+                                       "then it fails with 409 and what it could not remove.").tag(config=True)
     file_work_threads = Int(8, help="Threads for file work (listing, deleting, reading files), apart from the "
                                     "server's own.").tag(config=True)
     file_work_per_sandbox = Int(2, help="File-work calls of one sandbox that run at once; its others wait their "

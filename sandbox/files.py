@@ -26,7 +26,7 @@ from .errors import ApiError
 
 CHUNK = 1024 * 1024
 DELETE_BATCH = 1000  # names read from a directory between two deletions
-DELETE_SECONDS = 60.0  # a sandbox that keeps filling a directory cannot keep a delete going
+DELETE_SECONDS = 60.0  # a sandbox that keeps filling a directory cannot keep a delete going (file_delete_seconds)
 
 
 def check_path(path: str) -> list[bytes]:
@@ -133,10 +133,11 @@ def _kind(st: os.stat_result) -> str:
 
 
 class Workspace:
-    def __init__(self, root: str, owner: int | None, max_bytes: int):
+    def __init__(self, root: str, owner: int | None, max_bytes: int, delete_seconds: float = DELETE_SECONDS):
         self.root = root
         self.owner = owner
         self.max_bytes = max_bytes
+        self.delete_seconds = delete_seconds
 
     async def write(self, path: str, chunks) -> dict:
         parts = check_path(path)
@@ -270,7 +271,7 @@ class Workspace:
                 raise ApiError(404, "not_found", f"no file {path!r} in the workspace") from None
             try:
                 if stat.S_ISDIR(st.st_mode):
-                    _remove_tree(dir_fd, parts[-1])
+                    _remove_tree(dir_fd, parts[-1], self.delete_seconds)
                 else:
                     os.unlink(parts[-1], dir_fd=dir_fd)
             except OSError as exc:
@@ -306,22 +307,22 @@ def _read_dir(fd: int, budget: list[int]) -> tuple[list[tuple[bytes, os.stat_res
     return entries, cut
 
 
-def _remove_tree(parent_fd: int, name: bytes) -> None:
+def _remove_tree(parent_fd: int, name: bytes, seconds: float = DELETE_SECONDS) -> None:
     """``rm -r`` of ``name`` in ``parent_fd``, iteratively and without following links.
 
     Each directory is read in batches; its files are unlinked as they are read and its
     subdirectories entered one after the other, then it is read again until it is empty.
     A sandbox still writing into the tree can only make this take longer, up to
-    DELETE_SECONDS, after which the delete fails with what it could not remove.
+    ``seconds``, after which the delete fails with what it could not remove.
     """
-    deadline = time.monotonic() + DELETE_SECONDS
+    deadline = time.monotonic() + seconds
     walk = _OpenPath(parent_fd)
     try:
         walk.enter(name)
         pending: list[list[bytes]] = [[]]  # per level: subdirectories to enter before reading it again
         while walk.depth:
             if time.monotonic() > deadline:
-                raise OSError(errno.EBUSY, f"the sandbox kept adding files for {DELETE_SECONDS:.0f} s")
+                raise OSError(errno.EBUSY, f"the sandbox kept adding files for {seconds:.0f} s")
             if pending[-1]:
                 sub = pending[-1].pop()
                 try:
