@@ -68,6 +68,7 @@ class SandboxClaim:
             config.state_dir,
             timeout=self.settings.server_start_timeout,
             on_status=self._set_status,
+            idle_seconds=self.settings.server_idle_seconds,
         )
         if started:
             self.log.info("started the sandbox server at %s", config.where)

@@ -127,6 +127,13 @@ class SandboxSettings(Configurable):
         "sandbox image (env SANDBOX_KERNEL_START_TIMEOUT).",
     ).tag(config=True)
 
+    server_idle_seconds = Integer(
+        600,
+        help="The server this kernel starts stops by itself once no kernel has used it for this many "
+        "seconds (its warm pool ended, images unmounted; kept sandboxes run on); 0: never "
+        "(env SANDBOX_KERNEL_SERVER_IDLE_SECONDS).",
+    ).tag(config=True)
+
     reconnect_timeout = Float(
         15.0,
         help="Seconds to keep retrying an unreachable server before failing the cell "
@@ -231,6 +238,11 @@ class SandboxSettings(Configurable):
     def _start_timeout_default(self) -> float:
         value = env_value("SANDBOX_KERNEL_START_TIMEOUT", float)
         return 900.0 if value is None else value
+
+    @default("server_idle_seconds")
+    def _server_idle_default(self) -> int:
+        value = env_value("SANDBOX_KERNEL_SERVER_IDLE_SECONDS", int)
+        return 600 if value is None else value
 
     @default("reconnect_timeout")
     def _reconnect_default(self) -> float:

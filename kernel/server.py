@@ -10,7 +10,8 @@ for it to answer.
 
 The server is started detached (its own session, output to `<state-dir>/server.log`) so
 that it outlives the kernel that started it: the next kernel, and the sandboxes, keep
-using it.
+using it. It stops by itself once no kernel has used it for `server_idle_seconds`
+(sandbox/idle.py), and `sandbox-kernel lab` stops it when JupyterLab exits.
 """
 
 from __future__ import annotations
@@ -62,12 +63,13 @@ def _read_pid(path: pathlib.Path) -> int | None:
         return None
 
 
-def start_command(where: Endpoint, state_dir: pathlib.Path) -> list[str]:
-    """`serve` for this state directory; on TCP too when the endpoint is a TCP URL."""
-    args: list[str] = []
+def start_command(where: Endpoint, state_dir: pathlib.Path, idle_seconds: int = 0) -> list[str]:
+    """`serve` for this state directory; on TCP too when the endpoint is a TCP URL; stopping
+    by itself after ``idle_seconds`` unused (sandbox/idle.py)."""
+    args: list[str] = ["--set", f"idle_stop_seconds={idle_seconds}"] if idle_seconds else []
     if not where.socket:
         parts = urlsplit(where.url)
-        args = ["--host", parts.hostname or "127.0.0.1", "--port", str(parts.port or DEFAULT_PORT)]
+        args += ["--host", parts.hostname or "127.0.0.1", "--port", str(parts.port or DEFAULT_PORT)]
     return serve_command(state_dir, *args)
 
 
@@ -77,6 +79,7 @@ def ensure_server(
     *,
     timeout: float = 900.0,
     on_status: StatusCallback | None = None,
+    idle_seconds: int = 0,
 ) -> bool:
     """Make sure a server answers at `where`, starting one for `state_dir` if none does.
     Blocking. Returns True if this call started the server.
@@ -125,7 +128,7 @@ def ensure_server(
                 # A previous starter may have died while its server was still building the
                 # image; only when that server is gone do we start another.
                 status("starting the sandbox server")
-                server = ServerProcess(start_command(where, sdir), log_path, cwd=sdir,
+                server = ServerProcess(start_command(where, sdir, idle_seconds), log_path, cwd=sdir,
                                        banner=f"started by kernel pid {os.getpid()}")
                 server.start()
                 _started.append(server)

@@ -84,6 +84,9 @@ class ServiceConfig(Configurable):
     seccomp = Bool(True).tag(config=True)
     allow_missing_protections = Bool(False, help="Start even when a protection is missing.").tag(config=True)
     delete_on_shutdown = Bool(False, help="Delete every sandbox when the server stops.").tag(config=True)
+    idle_stop_seconds = Int(0, help="Stop the server once it has had no request and no sandbox tied to a live "
+                            "caller (a kernel) for this long; 0: never. The kernel starts its embedded server "
+                            "with this set (SANDBOX_KERNEL_SERVER_IDLE_SECONDS); `serve` leaves it 0.").tag(config=True)
     unsafe_test_only_layers_off = List(Unicode(), help=(
         "FOR TESTS ONLY: isolation layers to set aside (network, pid, sandboxes_dir), so that a test can "
         "prove another layer on its own. Honoured only when SANDBOX_KERNEL_UNSAFE_TEST_ONLY_LAYERS_OFF "

@@ -62,6 +62,17 @@ RECIPES: dict[str, dict] = {
 
 Progress = Callable[[str], None]
 
+# What a first build of the default image costs, measured on 2 cores (README, First run):
+# said before it starts, so that nobody wonders whether the first cell hangs.
+DEFAULT_BUILD_ESTIMATE = "about 1-2 min and 750 MiB of disk (1 GiB as root, with a copy of the interpreter)"
+BUILD_STEPS = 5
+STEP_RE = re.compile(r"^step (\d+)/(\d+): (.*)$")
+
+
+def step_line(number: int, text: str) -> str:
+    """A build step as progress displays recognise it (sandbox/progress.py): ``step 2/5: ...``."""
+    return f"step {number}/{BUILD_STEPS}: {text}"
+
 
 class ImageError(Exception):
     """A build or removal that cannot be done, with a message for the person who asked."""
@@ -254,7 +265,7 @@ class ImageStore:
     def _build(self, target: str, recipe: dict, base: dict | None, progress: Progress) -> dict:
         started = time.time()
         name = recipe["name"]
-        progress(f"building image {name!r}: {', '.join(recipe['pip']) or '(requirements file)'}")
+        count = _announce(recipe, base, progress)
         if base:
             python, python_prefix = None, base["python_prefix"]
         else:
@@ -272,6 +283,7 @@ class ImageStore:
                 f.write(_site_packages(_tree_of(base, base["venv"])) + "\n")  # rewritten below
             layers = [sandbox_venv] + base["layers"]
         args = [venv_python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
+        progress(step_line(2, f"downloading and installing {count} packages"))
         if recipe["pip"]:
             _run(args + recipe["pip"], progress)
         if recipe.get("requirements"):
@@ -279,8 +291,9 @@ class ImageStore:
             with open(req, "w") as f:
                 f.write(recipe["requirements"])
             _run(args + ["-r", req], progress)
-        progress("compiling bytecode")
+        progress(step_line(3, "compiling bytecode"))
         _run([venv_python, "-m", "compileall", "-q", "-j0", _site_packages(venv)], progress, check=False)
+        progress(step_line(4, "checking the image (font cache, preload imports)"))
         mplcache = os.path.join(target, "mplcache")
         os.makedirs(mplcache)
         probe = subprocess.run([venv_python, "-c", "import matplotlib"], capture_output=True)
@@ -301,6 +314,7 @@ class ImageStore:
         _relocate(_baked_paths(venv, mplcache), moves)
         _open_up(target)
         size = _dir_size(target)
+        progress(step_line(5, "packing the image"))
         mount = _tree_mount(venv, sandbox_venv, os.path.join(target, "venv.ext4"), progress)
         mounts = [mount] + (base["mounts"] if base else [python] if python else [])
         info = {
@@ -339,6 +353,17 @@ class ImageStore:
             target = self.path(name)
             os.unlink(os.path.join(target, "image.json"))  # unselectable first, then gone
             _discard(target)
+
+
+def _announce(recipe: dict, base: dict | None, progress: Progress) -> int:
+    """Say what a build will cost before it starts; the number of packages asked for."""
+    count = len(recipe["pip"]) + len([r for r in (recipe.get("requirements") or "").splitlines()
+                                       if r.strip() and not r.lstrip().startswith("#")])
+    cost = DEFAULT_BUILD_ESTIMATE if not base else "time and disk as its packages need (on top of the default image)"
+    progress(f"building image {recipe['name']!r} ({count} packages: {', '.join(recipe['pip']) or 'requirements file'})"
+             f": {cost}")
+    progress(step_line(1, "creating the Python environment"))
+    return count
 
 
 def _discard(target: str) -> None:

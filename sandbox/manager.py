@@ -102,6 +102,7 @@ class SandboxManager:
         self.pool: dict[str, deque[str]] = {}
         self.pool_starting: dict[str, int] = {}
         self.tasks: list[asyncio.Task] = []
+        self.on_start: list = []  # coroutine functions run as tasks beside the reaper (the server's idle stop)
         self.reaping: list[subprocess.Popen] = []
         self.shutting_down = asyncio.Event()
         self.runtime_dir = ""
@@ -170,6 +171,7 @@ class SandboxManager:
         await self.adopt()
         self.tasks.append(asyncio.create_task(self._reaper()))
         self.tasks.append(asyncio.create_task(self._pool_keeper()))
+        self.tasks.extend(asyncio.create_task(make()) for make in self.on_start)
 
     async def adopt(self) -> None:
         """Re-attach to every sandbox a previous server left running; report the lost ones."""

@@ -24,13 +24,15 @@ import sys
 
 import uvicorn
 
-from . import doctor, statefile, testonly
+from . import doctor, housekeeping, statefile, testonly
 from .api import build_app
 from .auth import with_peer_credentials
 from .config import ServiceConfig
 from .endpoint import EndpointError, unix
+from .idle import Activity, stop_when_idle
 from .manager import SandboxManager
 from .paths import StateDir, world_reachable
+from .progress import BuildProgress
 
 log = logging.getLogger("sandbox.server")
 
@@ -122,32 +124,35 @@ class _Server(uvicorn.Server):
         self.manager.shutting_down.set()
         super().handle_exit(sig, frame)
 
+    def stop_now(self) -> None:
+        """Stop as SIGTERM would, without a signal (the idle stop)."""
+        self.manager.shutting_down.set()
+        self.should_exit = True
 
-def serve(config: ServiceConfig, log_level: str = "info") -> int:
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    out = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+
+def _refusal(config: ServiceConfig) -> str | None:
+    """Why this configuration must not start, before anything is touched."""
     tcp = config.tcp
     if tcp is not None and not is_loopback(tcp[0]) and not config.token:
-        out(f"refusing to listen on {tcp[0]}: a non-loopback address needs an explicit token "
-            "(set SANDBOX_KERNEL_TOKEN or --token)")
-        return 2
+        return (f"refusing to listen on {tcp[0]}: a non-loopback address needs an explicit token "
+                "(set SANDBOX_KERNEL_TOKEN or --token)")
     if config.metrics_port and tcp is not None and config.metrics_port == tcp[1]:
-        out(f"refusing to start: metrics_port {config.metrics_port} is the API's port; /metrics is open on "
-            "metrics_port, so it must be a port of its own")
-        return 2
+        return (f"refusing to start: metrics_port {config.metrics_port} is the API's port; /metrics is open on "
+                "metrics_port, so it must be a port of its own")
     conflicts = config.defaults_over_maxima()
     if conflicts:
-        out("refusing to start: a default limit is over its maximum: " + "; ".join(conflicts))
-        return 2
+        return "refusing to start: a default limit is over its maximum: " + "; ".join(conflicts)
     refusal = testonly.refusal(config)
     if refusal:
-        out(refusal)
-        return 2
+        return refusal
     if config.multi_user and os.geteuid() != 0:
-        out("refusing --multi-user as a non-root user: a shared server runs as root, so that each sandbox "
-            "gets a uid of its own and cgroup limits; run it from the systemd unit in README")
-        return 2
+        return ("refusing --multi-user as a non-root user: a shared server runs as root, so that each sandbox "
+                "gets a uid of its own and cgroup limits; run it from the systemd unit in README")
+    return None
+
+
+def _protections(config: ServiceConfig, out) -> list[dict] | None:
+    """The doctor's report, or None (after saying why) when a missing protection stops us."""
     items = doctor.report(config)
     missing = doctor.missing(items)
     if missing:
@@ -155,8 +160,55 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
         if not config.allow_missing_protections:
             out("refusing to start; run `sandbox-kernel doctor` for details, or pass "
                 "--allow-missing-protections to run with weaker isolation anyway")
-            return 2
+            return None
         out("WARNING: starting WITHOUT these protections (--allow-missing-protections)")
+    return items
+
+
+def _listen_and_prepare(config: ServiceConfig, state: StateDir, items: list[dict], out):
+    """Bind the sockets (before the image build: a second server for this state directory
+    learns at once that there is one, and a kernel's socket is there to wait on), then
+    prepare the manager. (listeners, TCP URL or None, manager), or None after saying why."""
+    tcp = config.tcp
+    try:
+        listeners = [bind_unix(state.socket_file, 0o666 if config.multi_user else 0o600)]
+    except (AlreadyServing, EndpointError, OSError) as exc:
+        out(f"not starting: {exc}")
+        return None
+    socket_inode = os.stat(state.socket_file).st_ino
+    url = None
+    try:
+        if tcp is not None:
+            listeners.append(bind_tcp(*tcp))
+            url = f"http://{tcp[0]}:{tcp[1]}" if ":" not in tcp[0] else f"http://[{tcp[0]}]:{tcp[1]}"
+        if config.metrics_port:  # /metrics alone, without the token, for a Prometheus on this host
+            listeners.append(bind_tcp("127.0.0.1", config.metrics_port))
+        manager = SandboxManager(config)
+        manager.protections = items  # probed once: /v1/info must not spawn a bwrap per request
+        with BuildProgress(sys.stderr) as progress:  # steps only in a log: the kernel shows its last line
+            manager.prepare(progress=progress)
+    except BaseException as exc:
+        for sock in listeners:
+            sock.close()
+        _unlink_if_ours(state.socket_file, socket_inode)
+        if isinstance(exc, OSError):
+            out(f"not starting: cannot listen on {url or tcp}: {exc.strerror or exc}")
+            return None
+        raise
+    return listeners, url, manager
+
+
+def serve(config: ServiceConfig, log_level: str = "info") -> int:
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    out = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    refusal = _refusal(config)
+    if refusal:
+        out(refusal)
+        return 2
+    items = _protections(config, out)
+    if items is None:
+        return 2
     state = StateDir(config.state_dir)
     state.ensure()
     if os.geteuid() == 0:
@@ -166,41 +218,41 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
                 "choose another with --state-dir (e.g. /var/lib/sandbox-kernel)")
             return 2
     token = ensure_token(state, config.token)
-    try:
-        # Bound before the image build: a second server for this state directory learns
-        # at once that there is one, and a kernel's socket is there to wait on.
-        listeners = [bind_unix(state.socket_file, 0o666 if config.multi_user else 0o600)]
-    except (AlreadyServing, EndpointError, OSError) as exc:
-        out(f"not starting: {exc}")
+    ready = _listen_and_prepare(config, state, items, out)
+    if ready is None:
         return 2
-    socket_inode = os.stat(state.socket_file).st_ino
-    url = None
-    try:
-        if tcp is not None:
-            listeners.append(bind_tcp(*tcp))
-        if config.metrics_port:  # /metrics alone, without the token, for a Prometheus on this host
-            listeners.append(bind_tcp("127.0.0.1", config.metrics_port))
-            url = f"http://{tcp[0]}:{tcp[1]}" if ":" not in tcp[0] else f"http://[{tcp[0]}]:{tcp[1]}"
-        manager = SandboxManager(config)
-        manager.protections = items  # probed once: /v1/info must not spawn a bwrap per request
-        manager.prepare(progress=out)
-    except BaseException as exc:
-        for sock in listeners:
-            sock.close()
-        _unlink_if_ours(state.socket_file, socket_inode)
-        if isinstance(exc, OSError):
-            out(f"not starting: cannot listen on {url or tcp}: {exc.strerror or exc}")
-            return 2
-        raise
-    app = build_app(manager, token, multi_user=config.multi_user, scrape_port=config.metrics_port)
-    server = _Server(uvicorn.Config(app, log_level=log_level, http=_http_protocol(),
+    listeners, url, manager = ready
+    where = f"unix:{state.socket_file}" + (f" and {url}" if url else "")
+    weaker = ", ".join(i["name"] + " " + i["status"] for i in items if i["status"] != "in force")
+    out(f"sandbox server on {where} (state: {state.root}{'; multi-user' if config.multi_user else ''}; "
+        f"isolation: {weaker or 'all protections in force'})"
+        + (f"; stops after {config.idle_stop_seconds} s unused" if config.idle_stop_seconds else ""))
+    _run(config, state, manager, build_app(manager, token, multi_user=config.multi_user,
+                                                scrape_port=config.metrics_port), listeners, url, log_level)
+    detached = housekeeping.unmount_images(state)
+    if manager.kept:
+        out(f"stopped; kept {len(manager.kept)} sandbox(es) running for the next server to re-adopt "
+            f"(they end at their TTL; `sandbox-kernel rm ID` ends one): {', '.join(manager.kept)}")
+    else:
+        out("stopped; no sandbox left running")
+    if detached:
+        out(f"detached {len(detached)} image mount(s)")
+    return 0
+
+
+def _run(config: ServiceConfig, state: StateDir, manager: SandboxManager, app, listeners, url, log_level) -> None:
+    """uvicorn until SIGTERM (or idle), then the state directory's files of this run removed."""
+    activity = Activity(app)
+    server = _Server(uvicorn.Config(activity, log_level=log_level, http=_http_protocol(),
                                     timeout_graceful_shutdown=10, access_log=log_level == "debug"))
     server.manager = manager
+    if config.idle_stop_seconds:
+        manager.on_start.append(lambda: stop_when_idle(activity, lambda: manager.tenancy.watched,
+                                                       config.idle_stop_seconds, server.stop_now))
+    socket_inode = os.stat(state.socket_file).st_ino
     statefile.write_json(state.server_file, {"pid": os.getpid(), "socket": state.socket_file, "url": url,
-                                             "multi_user": config.multi_user}, mode=0o644)
-    where = f"unix:{state.socket_file}" + (f" and {url}" if url else "")
-    out(f"sandbox server on {where} (state: {state.root}{'; multi-user' if config.multi_user else ''}; "
-        f"isolation: {', '.join(i['name'] + ' ' + i['status'] for i in items if i['status'] != 'in force') or 'all protections in force'})")
+                                             "multi_user": config.multi_user,
+                                             "idle_stop_seconds": config.idle_stop_seconds}, mode=0o644)
     # uvicorn re-raises the SIGTERM it handled once shutdown is complete, which would kill
     # this process before the clean-up below (exit status -15, stale server.json): a no-op
     # handler turns that into a normal return and exit status 0.
@@ -216,12 +268,6 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
                 os.unlink(state.server_file)
         except OSError:
             pass
-    if manager.kept:
-        out(f"stopped; kept {len(manager.kept)} sandbox(es) running for the next server to re-adopt "
-            f"(they end at their TTL; `sandbox-kernel rm ID` ends one): {', '.join(manager.kept)}")
-    else:
-        out("stopped; no sandbox left running")
-    return 0
 
 
 def _unlink_if_ours(path: str, inode: int) -> None:

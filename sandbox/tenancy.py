@@ -122,6 +122,11 @@ class Tenancy:
 
         loop.add_reader(fd, readable)
 
+    @property
+    def watched(self) -> int:
+        """How many sandboxes are tied to a caller still alive (a kernel holding its sandbox)."""
+        return len(self._watches)
+
     def unwatch(self, sandbox_id: str) -> None:
         fd = self._watches.pop(sandbox_id, None)
         if fd is not None:

@@ -146,7 +146,11 @@ class ExecutionError:
         return f"{self.ename}: {self.evalue}"
 
 
-@dataclass
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + f"… ({len(text)} chars)")
+
+
+@dataclass(repr=False)
 class Execution:
     """Everything one `run_code` call produced, gathered from the event stream.
 
@@ -177,6 +181,24 @@ class Execution:
     @property
     def ok(self) -> bool:
         return self.status == V.OK and self.error is None
+
+    def __repr__(self) -> str:
+        """A summary, not the outputs: a figure's base64 PNG would fill the screen. The
+        fields themselves hold everything."""
+        parts = [f"status={self.status!r}", f"execution_count={self.execution_count}"]
+        if self.text is not None:
+            parts.append(f"text={_short(self.text)}")
+        parts += [f"{name}={_short(value)}" for name, value in (("stdout", self.stdout), ("stderr", self.stderr))
+                  if value]
+        if self.display:
+            parts.append("display=[" + ", ".join("|".join(sorted(b)) for b in self.display) + "]")
+        if self.error is not None:
+            parts.append(f"error={_short(str(self.error))}")
+        if self.reason:
+            parts.append(f"reason={self.reason!r}")
+        if self.duration is not None:
+            parts.append(f"duration={self.duration:.2f}s")
+        return f"Execution({', '.join(parts)})"
 
     @property
     def text(self) -> str | None:

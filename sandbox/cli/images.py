@@ -1,0 +1,110 @@
+"""``image build | ls | rm``: the images of a state directory."""
+
+from __future__ import annotations
+
+import sys
+
+from . import human
+from .common import add_state_dir, command, error, server, state_of, transport
+
+
+def _store(args):
+    from ..images import ImageStore
+
+    state = state_of(args)
+    state.ensure()
+    return ImageStore(state)
+
+
+def cmd_image_build(args) -> int:
+    from ..images import DEFAULT_IMAGE, ImageError
+    from ..progress import BuildProgress
+
+    requirements = None
+    if args.requirements:
+        with open(args.requirements) as f:
+            requirements = f.read()
+    preload = args.preload.split(",") if args.preload is not None else None
+    try:
+        with BuildProgress(sys.stderr) as progress:
+            info = _store(args).build(args.name or DEFAULT_IMAGE, pip=args.pip or [], requirements=requirements,
+                                      preload=preload, progress=progress)
+    except ImageError as exc:
+        error(str(exc))
+        return 1
+    print(f"image {info['name']}: {len(info['packages'])} packages, {human.size(info['size_bytes'])}")
+    return 0
+
+
+def cmd_image_ls(args) -> int:
+    images = _store(args).list()
+    if not images:
+        print("no images yet: sandbox-kernel image build", file=sys.stderr)
+        return 0
+    rows = [[i["name"], human.size(i["size_bytes"]), human.relative(i["built_at"]),
+             ", ".join(i["pip"]) if i.get("base") else f"{len(i['packages'])} packages"] for i in images]
+    print(human.table(["NAME", "SIZE", "BUILT", "PACKAGES"], rows, right={1}))
+    return 0
+
+
+def cmd_image_rm(args) -> int:
+    """Removed by the state directory's server, which knows which images its sandboxes use
+    (and ends the warm pool's sandboxes of that image). Sandboxes outlive their server, so
+    when it cannot be asked the removal is refused; --force removes the files regardless."""
+    from ..client import ServerUnavailable
+    from ..images import ImageError
+
+    config = server(args)
+    if config is None:
+        return 1
+    with transport(config) as tr:
+        try:
+            tr.request("DELETE", f"/v1/images/{args.name}")
+        except ServerUnavailable as exc:
+            if not args.force:
+                error(f"{exc}\nnot removing image {args.name!r}: only the server knows whether a sandbox uses it "
+                      "(sandboxes outlive their server); start it, or pass --force to remove it anyway")
+                return 1
+            try:
+                _store(args).remove(args.name, lambda name: 0)
+            except ImageError as err:
+                error(str(err))
+                return 1
+            print(f"removed image {args.name} (--force: no server was asked whether a sandbox uses it)")
+            return 0
+        except Exception as exc:  # SandboxError: 404, 409, 401, ...
+            error(str(exc))
+            return 1
+    print(f"removed image {args.name}")
+    return 0
+
+
+def register(sub) -> None:
+    image = command(sub, "image", "build, list and remove images", """
+        sandbox-kernel image build                      # the default image
+        sandbox-kernel image build datascience          # a shipped recipe
+        sandbox-kernel image build stats --pip scipy statsmodels
+        sandbox-kernel image ls""")
+    isub = image.add_subparsers(dest="image_command", required=True, metavar="{build,ls,rm}")
+    p = command(isub, "build", "build the default image, a shipped recipe (datascience), or a named one with "
+                               "extra packages", """
+        sandbox-kernel image build
+        sandbox-kernel image build stats --pip scipy statsmodels --preload scipy
+        sandbox-kernel image build ml --requirements requirements.txt""")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--pip", nargs="+", metavar="PKG")
+    p.add_argument("--requirements", metavar="FILE")
+    p.add_argument("--preload", help="comma-separated modules imported ahead in warm sandboxes")
+    add_state_dir(p)
+    p.set_defaults(func=cmd_image_build)
+    p = command(isub, "ls", "list images", "sandbox-kernel image ls")
+    add_state_dir(p)
+    p.set_defaults(func=cmd_image_ls)
+    p = command(isub, "rm", "remove an image no sandbox uses (asks the state directory's server)",
+                "sandbox-kernel image rm stats")
+    p.add_argument("name")
+    add_state_dir(p)
+    p.add_argument("--url", help="the server to ask (default: the state directory's socket)")
+    p.add_argument("--force", action="store_true",
+                   help="remove the files even when no server can say whether a sandbox uses the image")
+    p.set_defaults(func=cmd_image_rm)

@@ -1,0 +1,292 @@
+"""``ls``, ``rm``, ``exec``, ``logs``, ``drain``: the sandboxes of a server."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import datetime, timezone
+
+from .. import statefile
+from . import human
+from .common import add_state_dir, add_where, command, error, server, state_of, transport
+
+
+def _usage_cell(key: str, value) -> str:
+    if value is None:
+        return "-"
+    if key.endswith("_bytes"):
+        return human.size(value)
+    if key.endswith("_seconds"):
+        return human.duration(value)
+    return f"{value:.0f}%" if key.endswith("_percent") else str(value)
+
+
+def _usage_label(key: str) -> str:
+    for suffix in ("_bytes", "_seconds", "_percent"):
+        key = key.removesuffix(suffix)
+    return key.replace("_", " ").upper()
+
+
+def cmd_ls(args) -> int:
+    from ..client import SandboxError, list_sandboxes
+
+    config = server(args)
+    if config is None:
+        return 1
+    try:
+        sandboxes = list_sandboxes(config=config)
+    except SandboxError as exc:
+        error(str(exc))
+        return 1
+    if args.json:
+        print(json.dumps([s.raw for s in sandboxes], indent=1))
+        return 0
+    if not sandboxes:
+        print(f"no sandboxes on {config.where} (a notebook on \"Python (sandbox)\" or Sandbox.create() makes one)",
+              file=sys.stderr)
+        return 0
+    # Usage figures, where the server reports them (a "usage" object per sandbox).
+    usage_keys = sorted({k for s in sandboxes for k in (s.raw.get("usage") or {})})
+    header = ["ID", "STATE", "IMAGE", "ISOLATION", "CREATED", "EXPIRES", "CELLS", "MEMORY"]
+    rows = []
+    for s in sandboxes:
+        memory = human.size(s.limits.memory_mb * (1 << 20)) if s.limits.memory_mb else "-"
+        usage = s.raw.get("usage") or {}
+        rows.append([s.id, s.state, s.image or "-", s.isolation.get("backend") or s.raw.get("isolation_backend") or "-",
+                     human.relative(s.created_at), human.relative(s.expires_at), s.execution_count, memory]
+                    + [_usage_cell(k, usage.get(k)) for k in usage_keys])
+    print(human.table(header + [_usage_label(k) for k in usage_keys], rows,
+                      right={6, 7, *range(8, 8 + len(usage_keys))}))
+    return 0
+
+
+def cmd_rm(args) -> int:
+    """Each id on its own: an unknown one is one line (and exit status 1), one that had
+    already ended says how, and the others still go."""
+    from ..client import SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable, list_sandboxes
+
+    if bool(args.ids) == bool(args.all):
+        error("name the sandboxes to delete, or --all (not both)")
+        return 2
+    config = server(args)
+    if config is None:
+        return 1
+    failed = 0
+    with transport(config) as tr:
+        try:
+            ids = args.ids or [s.id for s in list_sandboxes(config=config)]
+        except SandboxError as exc:
+            error(str(exc))
+            return 1
+        if not ids:
+            print(f"no sandboxes on {config.where}: nothing to delete")
+        for sandbox_id in ids:
+            try:
+                tr.request("DELETE", f"/v1/sandboxes/{sandbox_id}")
+                print(f"deleted {sandbox_id}")
+            except SandboxNotFound:
+                error(f"no sandbox {sandbox_id} on the sandbox server at {config.where}")
+                failed += 1
+            except SandboxGone as exc:
+                print(f"{exc} (nothing to delete)")
+            except ServerUnavailable as exc:
+                error(str(exc))
+                return 1
+            except SandboxError as exc:
+                error(str(exc))
+                failed += 1
+    return 1 if failed else 0
+
+
+def cmd_exec(args) -> int:
+    """A command in a sandbox, its output streamed as written; our exit status is its own
+    (128 + the signal when one ended it, 1 when the sandbox ended under it)."""
+    from ..client import Sandbox, SandboxError
+
+    config = server(args)
+    if config is None:
+        return 1
+    argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not argv:
+        error("no command: sandbox-kernel exec ID -- CMD [ARG...]")
+        return 2
+    sbx = Sandbox(args.id, config=config)
+    try:
+        result = sbx.commands.run(argv if len(argv) > 1 or args.argv else argv[0], cwd=args.cwd,
+                                  timeout=args.timeout, stdin=None if sys.stdin.isatty() else sys.stdin.buffer.read(),
+                                  on_stdout=lambda text: (sys.stdout.write(text), sys.stdout.flush()),
+                                  on_stderr=lambda text: (sys.stderr.write(text), sys.stderr.flush()))
+    except SandboxError as exc:
+        error(str(exc))
+        return 1
+    finally:
+        sbx.close()
+    if result.exit_code is not None:
+        return result.exit_code
+    error(result.message or f"the command did not exit by itself ({result.reason})")
+    return 128 + result.signal if result.signal else 1
+
+
+def _when(value) -> str:
+    if isinstance(value, (int, float)):
+        value = datetime.fromtimestamp(value, timezone.utc)
+    return f"{value} ({human.relative(value)})"
+
+
+def _log_sections(state, sandbox_id: str) -> list[tuple[str, list[str]]]:
+    """What this machine knows of a sandbox, oldest layer first: the server log's lines
+    naming it, its supervisor's log, its runtime's log, and its recorded state."""
+    d = state.sandbox(sandbox_id)
+    sections = []
+    try:
+        with open(os.path.join(state.root, "server.log"), errors="replace") as f:
+            sections.append(("server.log", [line.rstrip("\n") for line in f if sandbox_id in line]))
+    except OSError:
+        pass
+    for name in ("supervisor.log", "runtime.log"):
+        try:
+            with open(os.path.join(d, name), errors="replace") as f:
+                sections.append((name, f.read().splitlines()))
+        except OSError:
+            pass
+    record = statefile.read_json(os.path.join(d, "state.json"))
+    if record:
+        keys = ("state", "dead_reason", "created_at", "expires_at", "execution_count")
+        sections.append(("state.json", [f"{k}: {_when(record[k]) if k.endswith('_at') else record[k]}"
+                                        for k in keys if record.get(k) is not None]))
+    return sections
+
+
+def cmd_logs(args) -> int:
+    """A sandbox's logs, read from the state directory (this machine only)."""
+    state = state_of(args)
+    if not os.path.isdir(state.sandbox(args.id)):
+        error(f"no sandbox {args.id} in {state.root} (`sandbox-kernel ls` lists the live ones; an ended "
+              "sandbox's directory goes after a while)")
+        return 1
+    try:
+        sections = _log_sections(state, args.id)
+    except PermissionError as exc:
+        error(f"{exc.filename} is not readable by you (a root server's sandbox: run as root)")
+        return 1
+    for name, lines in sections:
+        lines = lines[-args.tail:] if args.tail else lines
+        print(f"== {name}" + ("" if lines else " (empty)"))
+        if lines:
+            print("\n".join(lines))
+    return 0
+
+
+def cmd_usage(args) -> int:
+    """The usage report: the server's (or, through a gateway, every node's) usage records
+    summed per user, image and day (sandbox/usage/report.py)."""
+    from ..client import SandboxError
+    from ..usage import report
+
+    try:
+        since = report.parse_since(args.since)
+    except ValueError as exc:
+        error(str(exc))
+        return 2
+    config = server(args)
+    if config is None:
+        return 1
+    with transport(config) as tr:
+        try:
+            answer = tr.request("GET", "/v1/usage", params={"since": since} if since else None)
+        except SandboxError as exc:
+            error(str(exc))
+            return 1
+    for node in answer.get("nodes_unavailable") or []:
+        error(f"node {node.get('node_id') or node.get('address')} did not answer: {node.get('message')} "
+              "(its records are not in this report)")
+    records = answer["records"]
+    if args.records:
+        print(report.render(records, args.format, report.RECORD_COLUMNS))
+    else:
+        print(report.render(report.summarise(records), args.format))
+    return 0
+
+
+def cmd_drain(args) -> int:
+    """Drain a node server (no new sandboxes, its own run out), or undo it: on the server
+    this command reaches, or, through a gateway, on its node ``--node``."""
+    from ..client import SandboxError
+
+    config = server(args)
+    if config is None:
+        return 1
+    path = f"/v1/nodes/{args.node}/drain" if args.node else "/v1/node/drain"
+    with transport(config) as tr:
+        try:
+            answer = tr.request("POST", path, json={"draining": not args.undo})
+        except SandboxError as exc:
+            error(str(exc))
+            return 1
+    node = answer.get("node_id") or args.node or config.where
+    if answer.get("draining"):
+        print(f"node {node} is draining: no new sandboxes; its {answer.get('sandboxes', '?')} sandbox(es) run on "
+              "until they end (undo: sandbox-kernel drain --undo)")
+    else:
+        print(f"node {node} takes new sandboxes again")
+    return 0
+
+
+def register(sub) -> None:
+    p = command(sub, "ls", "list live sandboxes", """
+        sandbox-kernel ls
+        sandbox-kernel ls --json | jq -r '.[].id'
+        sandbox-kernel ls --url http://127.0.0.1:8765""")
+    p.add_argument("--json", action="store_true", help="the server's sandbox objects, as JSON")
+    add_where(p)
+    p.set_defaults(func=cmd_ls)
+
+    p = command(sub, "rm", "delete sandboxes (their processes end, their files go)", """
+        sandbox-kernel rm sbx-3f2a9c
+        sandbox-kernel rm --all""")
+    p.add_argument("ids", nargs="*")
+    p.add_argument("--all", action="store_true", help="every live sandbox of this server (yours, on a shared one)")
+    add_where(p)
+    p.set_defaults(func=cmd_rm)
+
+    p = command(sub, "exec", "run a command in a sandbox, streaming its output; exits with its exit code", """
+        sandbox-kernel exec sbx-3f2a9c -- ls -la
+        sandbox-kernel exec sbx-3f2a9c -- python -c 'import sys; print(sys.version)'
+        sandbox-kernel exec sbx-3f2a9c -- 'pip list | grep pandas'    # one word: a shell line""")
+    p.add_argument("id")
+    p.add_argument("cmd", nargs="...", help="after --: the program and its arguments (one word: run by /bin/sh -c)")
+    p.add_argument("--argv", action="store_true", help="run a one-word command as a program, not a shell line")
+    p.add_argument("--cwd", help="directory inside /workspace")
+    p.add_argument("--timeout", type=float, help="seconds (default: the server's execute timeout)")
+    add_where(p)
+    p.set_defaults(func=cmd_exec)
+
+    p = command(sub, "logs", "show what this machine logged of a sandbox (server, supervisor, runtime, its state)", """
+        sandbox-kernel logs sbx-3f2a9c
+        sandbox-kernel logs sbx-3f2a9c --tail 20""")
+    p.add_argument("id")
+    p.add_argument("--tail", type=int, metavar="N", help="the last N lines only")
+    add_state_dir(p)
+    p.set_defaults(func=cmd_logs)
+
+    p = command(sub, "usage", "usage per user, image and day (CPU-s, memory and disk GiB-hours, egress, cells)", """
+        sandbox-kernel usage
+        sandbox-kernel usage --since 2026-12-01 --format csv
+        sandbox-kernel usage --records --url http://gateway:8780""")
+    p.add_argument("--since", help="only sandboxes alive at or after this date (2026-12-01) or time, UTC")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--records", action="store_true", help="one line per sandbox instead of the sums")
+    add_where(p, "a server or gateway URL: http://HOST:PORT (token from SANDBOX_KERNEL_TOKEN) "
+                 "or unix:/path/server.sock")
+    p.set_defaults(func=cmd_usage)
+
+    p = command(sub, "drain", "drain a node: it takes no new sandboxes, its own run until they end", """
+        sandbox-kernel drain --url http://node-a:8765
+        sandbox-kernel drain --url http://gateway:8780 --node node-a
+        sandbox-kernel drain --undo""")
+    p.add_argument("--undo", action="store_true", help="take new sandboxes again")
+    p.add_argument("--node", help="through a gateway: the node id to drain (see GET /v1/nodes)")
+    add_where(p, "a node server or gateway URL: http://HOST:PORT (token from SANDBOX_KERNEL_TOKEN) "
+                 "or unix:/path/server.sock")
+    p.set_defaults(func=cmd_drain)
