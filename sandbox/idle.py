@@ -20,6 +20,10 @@ import typing as t
 log = logging.getLogger("sandbox.idle")
 
 
+# Polled by monitors, not used by anyone: a health check or a scrape keeps no server alive.
+UNATTENDED = ("/v1/health", "/metrics")
+
+
 class Activity:
     """ASGI middleware that counts requests in flight and remembers when the last ended."""
 
@@ -29,7 +33,7 @@ class Activity:
         self.last = time.monotonic()
 
     async def __call__(self, scope: dict, receive: t.Callable, send: t.Callable) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path") in UNATTENDED:
             await self.app(scope, receive, send)
             return
         self.in_flight += 1

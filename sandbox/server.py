@@ -227,8 +227,8 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     out(f"sandbox server on {where} (state: {state.root}{'; multi-user' if config.multi_user else ''}; "
         f"isolation: {weaker or 'all protections in force'})"
         + (f"; stops after {config.idle_stop_seconds} s unused" if config.idle_stop_seconds else ""))
-    _run(config, state, manager, build_app(manager, token, multi_user=config.multi_user,
-                                                scrape_port=config.metrics_port), listeners, url, log_level)
+    app = build_app(manager, token, multi_user=config.multi_user, scrape_port=config.metrics_port)
+    _run(config, state, manager, app, listeners, url, log_level)
     detached = housekeeping.unmount_images(state)
     if manager.kept:
         out(f"stopped; kept {len(manager.kept)} sandbox(es) running for the next server to re-adopt "

@@ -12,20 +12,10 @@ from . import human
 from .common import add_state_dir, add_where, command, error, server, state_of, transport
 
 
-def _usage_cell(key: str, value) -> str:
-    if value is None:
-        return "-"
-    if key.endswith("_bytes"):
-        return human.size(value)
-    if key.endswith("_seconds"):
-        return human.duration(value)
-    return f"{value:.0f}%" if key.endswith("_percent") else str(value)
-
-
-def _usage_label(key: str) -> str:
-    for suffix in ("_bytes", "_seconds", "_percent"):
-        key = key.removesuffix(suffix)
-    return key.replace("_", " ").upper()
+# The usage figures `ls` shows when the server reports them (GET /v1/sandboxes' "usage");
+# the rest (integrals, counts, egress) is in `ls --json`.
+USAGE_COLUMNS = (("cpu_seconds", "CPU", lambda v: f"{v:.1f} s"), ("memory_bytes", "MEM USED", human.size),
+                 ("disk_bytes", "DISK USED", human.size))
 
 
 def cmd_ls(args) -> int:
@@ -46,18 +36,16 @@ def cmd_ls(args) -> int:
         print(f"no sandboxes on {config.where} (a notebook on \"Python (sandbox)\" or Sandbox.create() makes one)",
               file=sys.stderr)
         return 0
-    # Usage figures, where the server reports them (a "usage" object per sandbox).
-    usage_keys = sorted({k for s in sandboxes for k in (s.raw.get("usage") or {})})
-    header = ["ID", "STATE", "IMAGE", "ISOLATION", "CREATED", "EXPIRES", "CELLS", "MEMORY"]
+    shown = [c for c in USAGE_COLUMNS if any(c[0] in (s.raw.get("usage") or {}) for s in sandboxes)]
+    header = ["ID", "STATE", "IMAGE", "ISOLATION", "CREATED", "EXPIRES", "CELLS", "MEMORY"] + [c[1] for c in shown]
     rows = []
     for s in sandboxes:
         memory = human.size(s.limits.memory_mb * (1 << 20)) if s.limits.memory_mb else "-"
         usage = s.raw.get("usage") or {}
-        rows.append([s.id, s.state, s.image or "-", s.isolation.get("backend") or s.raw.get("isolation_backend") or "-",
-                     human.relative(s.created_at), human.relative(s.expires_at), s.execution_count, memory]
-                    + [_usage_cell(k, usage.get(k)) for k in usage_keys])
-    print(human.table(header + [_usage_label(k) for k in usage_keys], rows,
-                      right={6, 7, *range(8, 8 + len(usage_keys))}))
+        rows.append([s.id, s.state, s.image or "-", s.isolation.get("backend") or "-", human.relative(s.created_at),
+                     human.relative(s.expires_at), s.execution_count, memory]
+                    + [fmt(usage[key]) if usage.get(key) is not None else "-" for key, _, fmt in shown])
+    print(human.table(header, rows, right={6, 7, *range(8, 8 + len(shown))}))
     return 0
 
 

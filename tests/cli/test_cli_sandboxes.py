@@ -49,10 +49,12 @@ def test_ls_says_when_empty_then_shows_a_table(server):
     sandbox_id = create(server)
     out = cli(server, "ls")
     header, row = out.stdout.splitlines()
-    assert header.split() == ["ID", "STATE", "IMAGE", "ISOLATION", "CREATED", "EXPIRES", "CELLS", "MEMORY"]
+    assert header.split()[:8] == ["ID", "STATE", "IMAGE", "ISOLATION", "CREATED", "EXPIRES", "CELLS", "MEMORY"]
     assert row.startswith(sandbox_id) and " ago " in row and " in 10 min " in row and "GiB" in row, row
     [raw] = json.loads(cli(server, "ls", "--json").stdout)
     assert raw["id"] == sandbox_id and raw["state"] == "running"
+    if "usage" in raw:  # the server's usage figures, as columns
+        assert header.split()[8:] == ["CPU", "MEM", "USED", "DISK", "USED"] and " s " in row, (header, row)
 
 
 def test_exec_streams_and_exits_with_the_commands_code(server):
