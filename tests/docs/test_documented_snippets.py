@@ -27,6 +27,7 @@ from support import REPO, with_repo_on_path
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 CODE = {"python", "bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
+COMMAND_LINE = re.compile(r"^(sandbox-kernel|import|from|python3?|curl|pip) ", re.M)  # code, not a diagram
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(.*?)\s*-->\s*$")
 
 
@@ -62,7 +63,7 @@ def test_every_code_block_runs_or_says_why_not():
     assert len(code) > 10 and RUN, "the block parser found no code"
     unexplained = [b.name for b in code if b.not_run is not None and len(b.not_run) < 10]
     assert not unexplained, f"'not run' needs a reason: {unexplained}"
-    untyped = [b.name for b in blocks() if not b.lang and any(w in b.code for w in ("sandbox-kernel ", "import "))]
+    untyped = [b.name for b in blocks() if not b.lang and COMMAND_LINE.search(b.code)]
     assert not untyped, f"code without a language (so never run): {untyped}"
 
 

@@ -21,6 +21,7 @@ import time
 
 import httpx
 import pytest
+import testrun
 from support import (REPO, free_port, make_state_dir, pid_alive, processes_of, sandbox_ids, sweep, wait_for,
                      with_repo_on_path)
 
@@ -35,12 +36,13 @@ pytestmark = pytest.mark.slow
 def own_images_state(image_source: pathlib.Path):
     """A fresh state directory holding (hard links of) the built images, their records
     pointing at this directory: its servers mount its own packs."""
+    home = testrun.image_home()  # where the run's images really are (image_source borrows them)
     state = make_state_dir("sk-life-")
     shutil.rmtree(state / "images", ignore_errors=True)
-    shutil.copytree(image_source / "images", state / "images", copy_function=os.link, symlinks=True,
+    shutil.copytree(home / "images", state / "images", copy_function=os.link, symlinks=True,
                     ignore=lambda d, names: [n for n in names if n.endswith((".mnt", ".lock"))])
     for record in (state / "images").glob("*/image.json"):
-        text = record.read_text().replace(str(image_source), str(state))
+        text = record.read_text().replace(str(home), str(state))
         record.unlink()  # a hard link: the source's record stays as it was
         record.write_text(text)
     yield state
