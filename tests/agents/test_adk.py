@@ -97,6 +97,7 @@ def answer(template: str) -> t.Callable[[str], str]:
     return reply
 
 
+@pytest.mark.slow
 def test_agent_answers_the_analysts_questions_in_one_sandbox(sandbox_server: support.Server,
                                                              executor: SandboxCodeExecutor) -> None:
     ctr, week, cpm = host_figures()
@@ -143,6 +144,7 @@ def test_agent_answers_the_analysts_questions_in_one_sandbox(sandbox_server: sup
     assert not is_running(sandbox_server, sandbox_id)
 
 
+@pytest.mark.slow
 def test_each_session_gets_its_own_sandbox(sandbox_server: support.Server, executor: SandboxCodeExecutor) -> None:
     def run(session: str, source: str):
         return executor.execute_code(None, CodeExecutionInput(code=source, execution_id=session))  # type: ignore[arg-type]
@@ -157,6 +159,7 @@ def test_each_session_gets_its_own_sandbox(sandbox_server: support.Server, execu
     assert not any(is_running(sandbox_server, i) for i in ids)
 
 
+@pytest.mark.slow
 def test_stateless_runs_share_nothing(sandbox_server: support.Server) -> None:
     ex = SandboxCodeExecutor(url=sandbox_server.url, token=sandbox_server.token, stateful=False)
     try:
@@ -182,6 +185,7 @@ def test_stderr_only_for_real_errors(executor: SandboxCodeExecutor) -> None:
     assert "\x1b[" not in failed.stderr
 
 
+@pytest.mark.slow
 def test_input_files_pushed_once_and_outputs_returned(executor: SandboxCodeExecutor) -> None:
     data = File(name="weeks.csv", content=base64.b64encode(CSV.read_bytes()).decode(), mime_type="text/csv")
 
@@ -213,6 +217,7 @@ def test_input_files_pushed_once_and_outputs_returned(executor: SandboxCodeExecu
     assert "weeks.csv" not in names  # an input file is not an output
 
 
+@pytest.mark.slow
 def test_timeout_and_interrupt_keep_the_interpreter(sandbox_server: support.Server) -> None:
     ex = SandboxCodeExecutor(url=sandbox_server.url, token=sandbox_server.token, timeout_seconds=2)
     try:
@@ -269,6 +274,7 @@ def test_a_run_does_not_block_adks_event_loop(sandbox_server: support.Server, ex
     assert "KeyboardInterrupt" in final, final
 
 
+@pytest.mark.slow
 def test_expired_session_sandbox_is_replaced_and_said(sandbox_server: support.Server) -> None:
     ex = SandboxCodeExecutor(url=sandbox_server.url, token=sandbox_server.token, ttl_seconds=2)
     try:
@@ -322,6 +328,7 @@ def test_function_tools_drive_one_sandbox(sandbox_server: support.Server) -> Non
     assert "1.01" in final
 
 
+@pytest.mark.slow
 def test_run_command_tool_follows_the_client(sandbox_server: support.Server) -> None:
     """run_command is offered exactly when the client can run commands; then an agent's call
     returns the exit code and both streams of a command run in the sandbox's /workspace."""

@@ -81,6 +81,7 @@ async def exercise(client: Client, server: support.Server) -> dict[str, t.Any]:
     return seen
 
 
+@pytest.mark.slow
 def test_mcp_over_stdio(sandbox_server: support.Server) -> None:
     env = support.server_env(sandbox_server.token, {"SANDBOX_KERNEL_URL": sandbox_server.url})
     params = StdioServerParameters(command=sys.executable, args=["-m", "sandbox", "mcp"], env=env, cwd=str(support.REPO))
@@ -142,6 +143,7 @@ def test_mcp_over_http_needs_the_token(sandbox_server: support.Server, mcp_http:
     anyio.run(main)
 
 
+@pytest.mark.slow
 def test_mcp_over_http_session_keeps_its_sandbox(sandbox_server: support.Server, mcp_http: str) -> None:
     """A session-based client (the handshake protocol, Mcp-Session-Id) gets one sandbox for
     its session; a stateless client (no session id) has the same conversation as a stdio
@@ -162,6 +164,7 @@ def test_mcp_over_http_session_keeps_its_sandbox(sandbox_server: support.Server,
     assert len(made) == 1, stateless  # the default sandbox, made on first use like stdio's
 
 
+@pytest.mark.slow
 def test_mcp_run_command_follows_the_client(sandbox_server: support.Server) -> None:
     """run_command is listed exactly when the client can run commands; then it reports the
     exit code and both streams, and a failing command is an isError result."""

@@ -36,6 +36,7 @@ def test_health_needs_no_token(server, client):
     assert client.health(url=server.url)["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_create_reports_the_sandbox(server, client):
     with client.Sandbox.create(ttl_seconds=600, url=server.url, token=server.token) as s:
         info = s.info
@@ -51,6 +52,7 @@ def test_create_reports_the_sandbox(server, client):
         assert s.refresh().id == s.id
 
 
+@pytest.mark.slow
 def test_info_is_what_the_server_last_said(server, client):
     """One behaviour in both flavours: create and connect (both take `config=`) fill
     `info`; a bare constructor has none until `refresh()`, and says so."""
@@ -88,6 +90,7 @@ def test_an_exception_in_the_cell_is_data_not_a_raise(sbx):
     assert execution.error.traceback
 
 
+@pytest.mark.slow
 def test_callbacks_see_events_as_they_arrive(sbx):
     seen: list[tuple[float, str]] = []
     kinds: list[str] = []
@@ -120,6 +123,7 @@ def test_interrupt_from_another_thread(sbx):
     assert sbx.interrupt() is False, "nothing is running now"
 
 
+@pytest.mark.slow
 def test_timeout_interrupts_the_cell(sbx):
     execution = sbx.run_code("import time\ntime.sleep(30)", timeout_seconds=1)
     assert execution.status != "ok"
@@ -167,6 +171,7 @@ def test_large_upload_and_download_stream(sbx, tmp_path):
     assert not list(tmp_path.glob(".*.part")), "temporary file left behind"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["../escape.txt", "a/../../escape.txt", "/etc/passwd", "a/\x00b"])
 def test_paths_outside_the_workspace_are_refused(sbx, path):
     with pytest.raises(InvalidRequest):
@@ -197,6 +202,7 @@ def test_unreachable_server_says_how_to_start_one(client):
     assert info.value.sent is False
 
 
+@pytest.mark.slow
 def test_context_manager_deletes_and_gone_says_why(server, client):
     with client.Sandbox.create(url=server.url, token=server.token) as s:
         sid = s.id
@@ -221,6 +227,7 @@ def test_context_manager_deletes_on_error_too(server, client):
     assert sid not in {i.id for i in client.list_sandboxes(url=server.url, token=server.token)}
 
 
+@pytest.mark.slow
 def test_renew_pushes_expiry_back(server, client):
     with client.Sandbox.create(ttl_seconds=60, url=server.url, token=server.token) as s:
         info = s.renew(300)
@@ -243,6 +250,7 @@ def test_short_ttl_expires(server, client):
         s.close()
 
 
+@pytest.mark.slow
 def test_complete_inspect_is_complete(sbx):
     sbx.run_code("distinctive_name = 1")
     assert "distinctive_name" in sbx.complete("distinct")["matches"]

@@ -17,6 +17,7 @@ def sbx(sandbox_server, client):
         yield s
 
 
+@pytest.mark.slow
 def test_run_returns_exit_code_and_output(sbx):
     result = sbx.commands.run(["sh", "-c", "echo out; echo err >&2; exit 5"])
     assert isinstance(result, CommandResult)

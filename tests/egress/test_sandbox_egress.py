@@ -230,6 +230,7 @@ def index_reachable():
 PIP = "import subprocess, sys; r = subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-deps', 'termcolor'], capture_output=True, text=True); print('RC', r.returncode); print(r.stdout[-2000:], r.stderr[-2000:])"
 
 
+@pytest.mark.slow
 def test_pip_install_with_the_index_allowed(client, index_reachable):
     sandbox = support.create(client, egress={"pip": True})
     try:
@@ -241,6 +242,7 @@ def test_pip_install_with_the_index_allowed(client, index_reachable):
         client.delete(f"/v1/sandboxes/{sandbox['id']}")
 
 
+@pytest.mark.slow
 def test_pip_install_fails_without_the_index(client, index_reachable, api_host):
     sandbox = support.create(client, egress={"allow": ["api.test"]})
     try:

@@ -23,6 +23,7 @@ from sandbox.gateway.discovery import DnsNodes
 pytestmark = pytest.mark.timeout(300)
 
 
+@pytest.mark.slow
 def test_the_client_works_unchanged_through_the_gateway(gateway):
     data = os.urandom(2 * 1024 * 1024 + 5)
     with Sandbox.create(url=gateway.url, token=gateway.token, ttl_seconds=600) as sbx:
@@ -41,6 +42,7 @@ def test_the_client_works_unchanged_through_the_gateway(gateway):
         Sandbox.connect(sandbox_id, url=gateway.url, token=gateway.token).refresh()
 
 
+@pytest.mark.slow
 def test_a_full_node_freed_behind_the_gateways_back_takes_the_next_sandbox(node, rarely_refreshing_gateway):
     """A gateway that refreshes rarely still places a sandbox on a node that was full in its
     last info but has room now (a sandbox deleted on the node itself, or through another
@@ -67,6 +69,7 @@ def test_a_full_node_freed_behind_the_gateways_back_takes_the_next_sandbox(node,
                 direct.delete(f"/v1/sandboxes/{sandbox_id}")
 
 
+@pytest.mark.slow
 def test_an_execute_streams_its_events_as_they_happen(gateway):
     """Each event reaches the client before the cell goes on (no buffering in the gateway)."""
     with gateway.client() as c:
@@ -129,6 +132,7 @@ def test_gateway_gathers_every_nodes_usage_records(gateway, node):
     assert sandbox_id in [r["sandbox_id"] for r in own]
 
 
+@pytest.mark.slow
 def test_the_node_reports_what_placement_needs_and_can_be_drained(node, gateway):
     with node.client() as n:
         info = n.get("/v1/info").json()

@@ -73,6 +73,7 @@ def sandbox_id(gateway):
         c.delete(f"/v1/sandboxes/{sandbox_id}")
 
 
+@pytest.mark.slow
 def test_one_connection_serves_requests_one_after_another_and_pipelined(gateway, raw, sandbox_id):
     token, answers = gateway.token, Answers()
     execute = f"/v1/sandboxes/{sandbox_id}/execute"
@@ -131,6 +132,7 @@ def test_a_request_head_the_relay_cannot_read_is_answered_400_json(raw, head):
     assert headers["connection"] == "close" and raw.recv(1) == b""  # where a next request would start is unknown
 
 
+@pytest.mark.slow
 def test_the_relays_own_answers_are_the_nodes(gateway, node, sandbox_id):
     """What the relay answers without the node (token, method, body size, id form) reads as
     the node's own answer would."""

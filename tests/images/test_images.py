@@ -43,6 +43,7 @@ def tiny_image(sandbox_server):
         api.delete("/v1/images/tiny")
 
 
+@pytest.mark.slow
 def test_build_lists_the_image_with_its_recipe(api, tiny_image):
     assert tiny_image["name"] == "tiny"
     assert tiny_image["base"] == "default"
@@ -80,6 +81,7 @@ def test_pip_install_still_fails_inside(new_sandbox, run, tiny_image):
     assert "found False" in text
 
 
+@pytest.mark.slow
 def test_rm_refused_while_in_use_then_allowed(api, new_sandbox, sandbox_server):
     progress, done = build(api, name="tiny-rm", pip=[PACKAGE])
     assert done["status"] == "ok", done

@@ -369,6 +369,7 @@ def test_bad_input_gets_a_4xx_and_the_sandbox_carries_on(api, sid):
     assert done(command(api, sid, argv=["true"]))["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_a_forged_command_frame_stops_the_sandbox(sandbox_server, api, new_sandbox, run):
     """The runtime's channel is reachable from a cell (same process): a frame about a
     running command that the runtime would never send stops the sandbox as a protocol

@@ -12,10 +12,12 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 
 import support
 
 
+@pytest.mark.slow
 def test_abandoned_silent_cell_on_a_kept_connection_is_interrupted(sandbox_server, new_sandbox, run):
     sid = new_sandbox()["id"]
     support.ok(run(sid, "x = 1"))  # the server now keeps a connection to this supervisor

@@ -202,6 +202,7 @@ def test_sandbox_runs_as_non_root(sandbox_server, new_sandbox, run):
         assert real_uid(pid) == host_uid, (pid, cmdline(pid), real_uid(pid))
 
 
+@pytest.mark.slow
 def test_measure_latency(api, run, capsys):
     """Not a benchmark (bench/ is): the numbers this suite saw, for the report."""
     creates, from_pool = [], 0

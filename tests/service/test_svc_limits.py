@@ -28,6 +28,7 @@ def live_ids(api) -> set[str]:
     return {s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]}
 
 
+@pytest.mark.slow
 def test_limits_the_host_cannot_keep_are_refused(sandbox_server, api, new_sandbox):
     before = live_ids(api)
     error = api_error(api.post("/v1/sandboxes", json=ABSURD), 422)
@@ -78,6 +79,7 @@ def small_server(sandbox_server):
         yield server
 
 
+@pytest.mark.slow
 def test_operator_maxima_and_totals_are_enforced(small_server):
     with small_server.client(timeout=120) as api:
         error = api_error(api.post("/v1/sandboxes", json={"memory_mb": 800}), 422)
@@ -106,6 +108,7 @@ def test_operator_maxima_and_totals_are_enforced(small_server):
         assert api.delete(f"/v1/sandboxes/{first['id']}").status_code == 200
 
 
+@pytest.mark.slow
 def test_concurrent_creates_cannot_both_take_the_last_room(small_server):
     """The room a create is given is held while its sandbox starts: two creates racing for
     the last 600 MiB of a 1000 MiB total cannot both be granted."""
