@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import __version__, commands, schemas, scopes
+from . import __version__, commands, image_packages, schemas, scopes
 from .auth import Auth, caller_of
 from .errors import ApiError
 from .files import Workspace
@@ -397,7 +397,7 @@ async def get_image(request: Request):
     found = manager.images.get(request.path_params["name"])
     if found is None:
         raise ApiError(404, "not_found", f"no image named {request.path_params['name']!r}")
-    return JSONResponse(image_view(found, manager))
+    return JSONResponse(image_view(found, manager) | {"package_list": image_packages.package_list(found)})
 
 
 async def build_image(request: Request):
@@ -557,7 +557,10 @@ ENDPOINTS = (
     Endpoint("POST", "/v1/images", build_image, op("Build an image (progress streams as NDJSON)",
                                                    body=json_body(schemas.IMAGE_BUILD), content=NDJSON,
                                                    errors=(400, 401, 403, 413, 422))),
-    Endpoint("GET", "/v1/images/{name}", get_image, op("One image", params=[IMAGE_NAME], errors=(401, 404))),
+    Endpoint("GET", "/v1/images/{name}", get_image, op(
+        "One image, with package_list: each package's name, version, layer (the image or its base), source "
+        "(the package index, or the URL it was installed from), requested (by the recipe) and installer",
+        params=[IMAGE_NAME], errors=(401, 404))),
     Endpoint("DELETE", "/v1/images/{name}", delete_image, op("Remove an image not in use", params=[IMAGE_NAME],
                                                              errors=(400, 401, 403, 404, 409))),
 )

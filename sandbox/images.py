@@ -34,7 +34,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterable
 
-from . import statefile
+from . import image_packages, statefile
 from .isolation import disk, imagefs
 from .paths import StateDir, world_reachable
 
@@ -309,6 +309,9 @@ class ImageStore:
             if check.returncode != 0:
                 raise ImageError(f"a preload import of image {name!r} fails: {check.stderr.strip().splitlines()[-1:]}")
         packages = _freeze(venv_python)
+        sites = {_site_packages(venv): name}
+        sites.update({_site_packages(_tree_of(base, layer)): os.path.basename(layer) for layer in (base or {}).get("layers", [])})
+        package_list = image_packages.inventory(venv_python, sites)
         moves = {venv: sandbox_venv}  # and the base's venv, which a .pth and the font list name
         moves.update({_tree_of(base, layer): layer for layer in (base or {}).get("layers", [])})
         _relocate(_baked_paths(venv, mplcache), moves)
@@ -333,6 +336,7 @@ class ImageStore:
             "python_version": sys.version.split()[0],
             "mplcache": mplcache,
             "packages": packages,
+            "package_list": package_list,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.time() - started, 1),
             "size_bytes": size,

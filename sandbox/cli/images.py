@@ -1,7 +1,8 @@
-"""``image build | ls | rm``: the images of a state directory."""
+"""``image build | ls | inspect | rm``: the images of a state directory."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 from . import human
@@ -47,6 +48,30 @@ def cmd_image_ls(args) -> int:
     return 0
 
 
+def cmd_image_inspect(args) -> int:
+    """One image's recipe and package list (name, version, layer, source), as a table or
+    JSON; --sbom FILE writes its CycloneDX SBOM."""
+    from .. import image_packages
+
+    info = _store(args).get(args.name)
+    if info is None:
+        error(f"no image named {args.name!r} (sandbox-kernel image ls lists them)")
+        return 1
+    packages = image_packages.package_list(info)
+    if args.sbom:
+        with open(args.sbom, "w") as f:
+            f.write(image_packages.sbom(info))
+        print(f"CycloneDX SBOM of {args.name} ({len(packages)} packages) written to {args.sbom}", file=sys.stderr)
+    if args.format == "json":
+        fields = ("name", "base", "pip", "preload", "built_at", "size_bytes", "python_version", "hash")
+        print(json.dumps({k: info.get(k) for k in fields} | {"package_list": packages}, indent=1))
+        return 0
+    print(f"image {info['name']}: built {info['built_at']}, {len(packages)} packages"
+          + (f", on {info['base']}" if info.get("base") else "") + f", Python {info.get('python_version')}")
+    print(image_packages.table(packages))
+    return 0
+
+
 def cmd_image_rm(args) -> int:
     """Removed by the state directory's server, which knows which images its sandboxes use
     (and ends the warm pool's sandboxes of that image). Sandboxes outlive their server, so
@@ -85,7 +110,7 @@ def register(sub) -> None:
         sandbox-kernel image build datascience          # a shipped recipe
         sandbox-kernel image build stats --pip scipy statsmodels
         sandbox-kernel image ls""")
-    isub = image.add_subparsers(dest="image_command", required=True, metavar="{build,ls,rm}")
+    isub = image.add_subparsers(dest="image_command", required=True, metavar="{build,ls,inspect,rm}")
     p = command(isub, "build", "build the default image, a shipped recipe (datascience), or a named one with "
                                "extra packages", """
         sandbox-kernel image build
@@ -100,6 +125,15 @@ def register(sub) -> None:
     p = command(isub, "ls", "list images", "sandbox-kernel image ls")
     add_state_dir(p)
     p.set_defaults(func=cmd_image_ls)
+    p = command(isub, "inspect", "an image's packages: name, version, layer, where each came from", """
+        sandbox-kernel image inspect default
+        sandbox-kernel image inspect default --format json
+        sandbox-kernel image inspect default --sbom default.cdx.json""")
+    p.add_argument("name")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--sbom", metavar="FILE", help="write the image's CycloneDX SBOM (JSON) to FILE")
+    add_state_dir(p)
+    p.set_defaults(func=cmd_image_inspect)
     p = command(isub, "rm", "remove an image no sandbox uses (asks the state directory's server)",
                 "sandbox-kernel image rm stats")
     p.add_argument("name")

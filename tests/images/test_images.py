@@ -155,3 +155,71 @@ def test_kernel_runs_on_the_image_its_kernelspec_names(sandbox_server, tiny_imag
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=False)
+
+
+def _pip_list_in_a_cell(new_sandbox, run, image: str) -> dict[str, str]:
+    sbx = new_sandbox(image=image)
+    events = run(sbx["id"], "import subprocess, sys\n"
+                            "print(subprocess.run([sys.executable, '-m', 'pip', 'list', '--format=json', "
+                            "'--disable-pip-version-check'], capture_output=True, text=True).stdout)")
+    assert events[-1]["status"] == "ok", events
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(result_text(events))}
+
+
+def test_package_list_matches_pip_list_in_a_cell(api, new_sandbox, run, tiny_image):
+    image = api.get("/v1/images/tiny").json()
+    listed = {p["name"].lower().replace("_", "-"): p["version"] for p in image["package_list"]}
+    assert listed == _pip_list_in_a_cell(new_sandbox, run, "tiny")
+    by_name = {p["name"].lower(): p for p in image["package_list"]}
+    assert by_name[PACKAGE]["layer"] == "tiny" and by_name[PACKAGE]["requested"] is True
+    assert by_name["numpy"]["layer"] == "default"  # from the base image the recipe is layered on
+    assert by_name[PACKAGE]["source"] == "package index" and by_name[PACKAGE]["installer"] == "pip"
+
+
+def test_image_inspect_and_its_cyclonedx_sbom(sandbox_server, tiny_image, tmp_path):
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    def inspect(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "sandbox", "image", "inspect", "tiny", "--state-dir",
+                               str(sandbox_server.state_dir), *extra], capture_output=True, text=True, timeout=120)
+
+    shown = inspect("--format", "json", "--sbom", str(tmp_path / "a.cdx.json"))
+    assert shown.returncode == 0, shown.stderr
+    packages = json.loads(shown.stdout)["package_list"]
+    assert PACKAGE in [p["name"].lower() for p in packages]
+    sbom_text = (tmp_path / "a.cdx.json").read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_5).validate_str(sbom_text) is None
+    sbom = json.loads(sbom_text)
+    assert sbom["bomFormat"] == "CycloneDX" and sbom["metadata"]["component"]["name"] == "tiny"
+    purls = {c["purl"] for c in sbom["components"]}
+    assert purls == {f"pkg:pypi/{p['name'].lower().replace('_', '-')}@{p['version']}" for p in packages}
+    assert inspect("--sbom", str(tmp_path / "b.cdx.json")).returncode == 0
+    assert (tmp_path / "b.cdx.json").read_text() == sbom_text  # the same document every time
+    table = inspect().stdout.splitlines()
+    assert table[1].split() == ["NAME", "VERSION", "LAYER", "SOURCE"]
+    missing = subprocess.run([sys.executable, "-m", "sandbox", "image", "inspect", "nope", "--state-dir",
+                              str(sandbox_server.state_dir)], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "no image named 'nope'" in missing.stderr
+
+
+def test_an_invalid_sbom_is_caught():
+    """The validation above can fail: a component without its required name is refused."""
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    bad = {"bomFormat": "CycloneDX", "specVersion": "1.5", "version": 1, "components": [{"type": "library"}]}
+    assert JsonStrictValidator(SchemaVersion.V1_5).validate_str(json.dumps(bad)) is not None
+
+
+@pytest.mark.slow
+def test_the_same_recipe_built_twice_lists_the_same_versions(api, tiny_image):
+    progress, done = build(api, name="tiny-again", pip=[PACKAGE], preload=["six"])
+    assert done["status"] == "ok", done
+    try:
+        again = api.get("/v1/images/tiny-again").json()["package_list"]
+        first = api.get("/v1/images/tiny").json()["package_list"]
+        strip = lambda ps: [(p["name"], p["version"], p["source"]) for p in ps]  # noqa: E731
+        assert strip(again) == strip(first)
+    finally:
+        api.delete("/v1/images/tiny-again")
