@@ -90,10 +90,3 @@ def sbom(image: dict) -> str:
             bom_ref=f"pypi:{purl_name}@{package['version']}", external_references=refs))
     return JsonV1Dot5(bom).output_as_string(indent=1)
 
-
-def table(packages: list[dict]) -> str:
-    """The package list as aligned columns (`image inspect`, `%sandbox packages`)."""
-    rows = [("NAME", "VERSION", "LAYER", "SOURCE")] + [
-        (p["name"], p["version"], p.get("layer") or "?", p.get("source") or "?") for p in packages]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows)

@@ -68,7 +68,8 @@ def cmd_image_inspect(args) -> int:
         return 0
     print(f"image {info['name']}: built {info['built_at']}, {len(packages)} packages"
           + (f", on {info['base']}" if info.get("base") else "") + f", Python {info.get('python_version')}")
-    print(image_packages.table(packages))
+    print(human.table(["NAME", "VERSION", "LAYER", "SOURCE"],
+                      [[p["name"], p["version"], p.get("layer") or "-", p.get("source") or "-"] for p in packages]))
     return 0
 
 

@@ -190,11 +190,30 @@ def cmd_usage(args) -> int:
         error(f"node {node.get('node_id') or node.get('address')} did not answer: {node.get('message')} "
               "(its records are not in this report)")
     records = answer["records"]
-    if args.records:
-        print(report.render(records, args.format, report.RECORD_COLUMNS))
+    rows, columns = (records, report.RECORD_COLUMNS) if args.records else (report.summarise(records), report.COLUMNS)
+    if args.format != "table":
+        print(report.render(rows, args.format, columns), end="" if args.format == "csv" else "\n")
+    elif not rows:
+        print("no usage recorded" + (f" since {since}" if since else ""), file=sys.stderr)
     else:
-        print(report.render(report.summarise(records), args.format))
+        shown = report.columns_of(rows, columns)
+        print(human.table([c.upper() for c in shown], [[_usage_cell(c, row.get(c)) for c in shown] for row in rows],
+                          right={i for i, c in enumerate(shown) if c not in report.RECORD_COLUMNS[:8] + report.GROUP_BY}))
     return 0
+
+
+def _usage_cell(column: str, value) -> str:
+    if value is None:
+        return "-"
+    if column.endswith("_bytes") or column.startswith("egress_bytes"):
+        return human.size(value)
+    if column.endswith("_seconds"):
+        return human.duration(value)
+    if column.endswith("_hours"):
+        return f"{value:.4f}"
+    if column.endswith("_at"):
+        return human.relative(value)
+    return str(value)
 
 
 def cmd_drain(args) -> int:

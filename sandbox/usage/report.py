@@ -48,58 +48,18 @@ def summarise(records: list[dict], by: tuple[str, ...] = GROUP_BY) -> list[dict]
     return [rows[key] for key in sorted(rows)]
 
 
-def render(rows: list[dict], fmt: str = "table", columns: tuple[str, ...] = COLUMNS) -> str:
-    """``rows`` (sums, or records with RECORD_COLUMNS) as an aligned table, CSV or JSON."""
-    columns = [c for c in columns if any(c in row for row in rows)] if rows else list(columns)
+def columns_of(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> list[str]:
+    """The columns of ``columns`` that the rows have (a record through a gateway has "node")."""
+    return [c for c in columns if any(c in row for row in rows)] if rows else list(columns)
+
+
+def render(rows: list[dict], fmt: str, columns: tuple[str, ...] = COLUMNS) -> str:
+    """``rows`` (sums, or records with RECORD_COLUMNS) as CSV or JSON; the terminal's table
+    is the CLI's (sandbox/cli/sandboxes.py)."""
     if fmt == "json":
         return json.dumps(rows, indent=1)
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.DictWriter(out, columns, extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        return out.getvalue()
-    if not rows:
-        return "no usage recorded"
-    shown = [{c: _human(c, row.get(c)) for c in columns} for row in rows]
-    widths = {c: max(len(c), *(len(r[c]) for r in shown)) for c in columns}
-    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(r[c].ljust(widths[c]) for c in columns) for r in shown]
-    return "\n".join(lines)
-
-
-def _human(column: str, value) -> str:
-    if value is None:
-        return ""
-    if column.endswith("_bytes") or column.startswith("egress_bytes"):
-        return size(value)
-    if column.endswith("_seconds"):
-        return f"{value:.1f}s"
-    if column.endswith("_hours"):
-        return f"{value:.4f}"
-    return str(value)
-
-
-def size(n: float) -> str:
-    """Bytes as people read them: 0, 812K, 286M, 1.4G."""
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
-    return str(int(n))
-
-
-def usage_columns(sandbox: dict) -> dict[str, str]:
-    """The usage columns of a sandbox list (``sandbox-kernel ls``), from a sandbox object of
-    GET /v1/sandboxes: CPU time, memory now of its limit, disk used of its cap."""
-    usage = sandbox.get("usage") or {}
-    limits = sandbox.get("limits") or {}
-    if not usage:
-        return {"CPU": "-", "MEM": "-", "DISK": "-"}
-    memory = size(usage.get("memory_bytes") or 0)
-    if limits.get("memory_mb"):
-        memory += f"/{size(limits['memory_mb'] << 20)}"
-    disk = size(usage.get("disk_bytes") or 0)
-    if limits.get("disk_mb"):
-        disk += f"/{size(limits['disk_mb'] << 20)}"
-    return {"CPU": f"{usage.get('cpu_seconds') or 0:.1f}s", "MEM": memory, "DISK": disk}
+    out = io.StringIO()
+    writer = csv.DictWriter(out, columns_of(rows, columns), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
