@@ -30,9 +30,10 @@ from .auth import Auth, caller_of
 from .errors import ApiError
 from .files import Workspace
 from .filework import FileWork
+from .handles import Handle
 from .images import ImageError
 from .isolation import host
-from .manager import Handle, SandboxManager
+from .manager import SandboxManager
 from .runtime import vocabulary as V
 from .usage import report, store as usage_store
 from .usage.metrics import CONTENT_TYPE as METRICS_TYPE, ServerMetrics

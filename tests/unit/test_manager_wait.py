@@ -1,8 +1,8 @@
-"""The manager waits for an ending supervisor without blocking the server's event loop.
+"""The registry waits for an ending supervisor without blocking the server's event loop.
 
 Creating a sandbox whose start failed, and deleting one, wait up to 15 s for its supervisor
 to exit. That wait used to be a `time.sleep` loop run on the event loop (from the async
-`_spawn`): every other request of every other user stalled behind one slow sandbox.
+`Launcher.spawn`): every other request of every other user stalled behind one slow sandbox.
 
 A real process that takes a while to exit stands in for a supervisor tearing down (making
 a real one linger at exactly that moment is not reproducible); the event loop, the manager
@@ -16,7 +16,8 @@ import subprocess
 import sys
 
 from sandbox.config import ServiceConfig
-from sandbox.manager import Handle, SandboxManager
+from sandbox.handles import Handle
+from sandbox.manager import SandboxManager
 
 
 def test_waiting_for_a_supervisor_to_exit_leaves_the_event_loop_free(tmp_path):
@@ -40,7 +41,7 @@ def test_waiting_for_a_supervisor_to_exit_leaves_the_event_loop_free(tmp_path):
         other = asyncio.create_task(other_requests())
         await asyncio.sleep(0)  # the other task is running before the wait starts
         served_meanwhile_at_start = served_meanwhile
-        await manager._wait_for_exit(handle)
+        await manager.registry.wait_for_exit(handle)
         other.cancel()
         return served_meanwhile_at_start
 
