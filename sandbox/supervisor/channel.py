@@ -100,7 +100,7 @@ class RuntimeChannel:
             except ProtocolError as exc:
                 # The runtime never sends such a frame: code in the sandbox wrote to the
                 # channel. Nothing it says can be trusted any more, so the sandbox ends.
-                await self._protocol_violation(str(exc))
+                await self._end_for_protocol(reader, str(exc))
                 return
             except (EOFError, OSError):
                 return
@@ -119,7 +119,7 @@ class RuntimeChannel:
             if kind in V.COMMAND_EVENTS and frame.get("exec") in self.commands:
                 problem = command_frame_problem(frame)
                 if problem:
-                    await self._protocol_violation(problem)
+                    await self._end_for_protocol(reader, problem)
                     return
                 await self.commands[frame["exec"]].events.put(frame)
                 continue
@@ -178,6 +178,20 @@ class RuntimeChannel:
             return None
         return frame
 
+    async def _end_for_protocol(self, reader: asyncio.StreamReader, what: str) -> None:
+        """Stop the sandbox for a protocol breach, reading its channel to the end meanwhile.
+
+        Unread, the channel would hold up the sandbox's end under gVisor, where it is the
+        container's stdout pipe: asyncio's stream stops reading a pipe whose buffer is full,
+        so the pipe's close, and with it the process's exit (``wait()`` waits for its pipes),
+        would never be seen; the cell would never learn that its sandbox died. What a flood
+        or an oversized frame left in flight past the breach is more than that buffer."""
+        drain = asyncio.create_task(_discard_until_eof(reader))
+        try:
+            await self._protocol_violation(what)
+        finally:
+            await drain
+
     async def _protocol_violation(self, what: str) -> None:
         message = (f"the sandbox broke the protocol of its control channel: {what}; it was stopped "
                    "and its variables are gone")
@@ -187,3 +201,12 @@ class RuntimeChannel:
             print(f"supervisor: {cell.frame_counts()}; stopped {time.monotonic() - cell.over_budget_at:.6f} s "
                   "after its output passed its budget", file=sys.stderr, flush=True)
         await self.stop(V.PROTOCOL, message)
+
+
+async def _discard_until_eof(reader: asyncio.StreamReader) -> None:
+    """Read and drop what is left on a channel whose sandbox is being stopped."""
+    try:
+        while await reader.read(1 << 16):
+            pass
+    except (OSError, ValueError):
+        pass

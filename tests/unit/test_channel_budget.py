@@ -89,3 +89,47 @@ def test_what_is_not_output_is_not_charged():
         channel._admit(stream())
     done = channel._admit(payload(V.done_event(V.OK, execution_count=1, exec_id="x1")))
     assert done["type"] == V.DONE and cell.skipped == 1
+
+
+OVERSIZED_THEN_MORE = r'''
+import struct, sys, time
+out = sys.stdout.buffer
+out.write(struct.pack(">I", 60_000_000))  # a frame far over the limit, as an untrimmed 30 MB exception
+chunk = b"q" * 65536
+for _ in range(64):  # 4 MiB more in flight after the header: far more than the stream's buffer
+    out.write(chunk)
+out.flush()
+time.sleep(60)  # as a runtime does until it is killed
+'''
+
+
+def test_a_channel_stopped_for_protocol_is_read_to_its_end_so_the_process_end_is_seen():
+    """Under gVisor the channel is the container's stdout pipe. asyncio stops reading a pipe
+    whose stream buffer is full, and its ``wait()`` waits for the pipes to close: a channel
+    left unread after a protocol stop hid the process's exit for ever (the execute hung
+    until the client gave up). Here the runtime is a real process writing an oversized frame
+    and more behind it; the stop kills it, as the supervisor's does."""
+    import sys
+
+    async def scenario() -> int | None:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", OVERSIZED_THEN_MORE,
+                                                    stdout=asyncio.subprocess.PIPE)
+        stops: list[str] = []
+
+        async def stop(reason: str, message: str) -> None:
+            stops.append(reason)
+            await asyncio.sleep(0.5)  # the writer fills the pipe and the stream's buffer meanwhile
+            if proc.returncode is None:
+                proc.kill()
+
+        channel = RuntimeChannel({"limits": {"output_bytes": OUTPUT_BYTES}}, asyncio.Event(), stop)
+        await asyncio.wait_for(channel.read(proc.stdout), 30)
+        assert stops == [V.PROTOCOL]
+        try:
+            return await asyncio.wait_for(proc.wait(), 10)
+        except asyncio.TimeoutError:
+            await proc.stdout.read()  # the test's own clean-up: read the pipe to its end ...
+            await proc.wait()  # ... and the process is seen gone
+            return None
+
+    assert asyncio.run(scenario()) is not None, "the process's end was never seen: its pipe was left unread"
