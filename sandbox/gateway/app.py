@@ -107,6 +107,8 @@ async def create(request: Request):
     for node in table.known():
         if node.node_id and not node.up and node.departed_at is None:
             refused[node.node_id] = node.error or "down"
+        elif node.up and not node.node_id:  # the misconfiguration a gateway sees most
+            refused[node.address] = "answers, but has no node id: start it with `sandbox-kernel serve --node-id NAME`"
     for node in candidates:
         try:
             upstream = await proxy.send(node, "POST", "/v1/sandboxes", content=raw,
@@ -123,8 +125,16 @@ async def create(request: Request):
         if upstream.status_code == 201:
             placement.note_placed(node.info, image, bool(json.loads(content).get("from_pool")), data.get("memory_mb"))
         return Response(content, upstream.status_code, media_type="application/json")
-    why = "; ".join(f"{k}: {v}" for k, v in sorted(refused.items())) or "no nodes found"
+    why = "; ".join(f"{k}: {v}" for k, v in sorted(refused.items())) or _no_nodes(request.app.state.config)
     raise ApiError(503, "unavailable", f"no node can take a new sandbox now ({why})")
+
+
+def _no_nodes(config) -> str:
+    """Why the gateway knows no node at all, in terms of its own configuration."""
+    if getattr(config, "dns_name", None):
+        return (f"the DNS name {config.dns_name} has no A/AAAA records (is the headless Service there, and are "
+                "its node pods ready?)")
+    return "no node answered at the --node URLs given; each must run `sandbox-kernel serve --node-id NAME`"
 
 
 async def from_every_node(request: Request, path: str, key: str) -> tuple[list[tuple[Node, list]], list[dict]]:

@@ -6,6 +6,7 @@ from IPython.core import page, payloadpage
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
+from . import hints
 from . import vocabulary as V
 from .display import EventDisplayHook, EventDisplayPublisher
 from .frontend import KernelStandIn
@@ -18,7 +19,15 @@ class SandboxShell(InteractiveShell):
     kernel = None  # frontend.KernelStandIn: what ipywidgets looks for on get_ipython()
 
     def _showtraceback(self, etype, evalue, stb):
-        self.runtime.publish_error(etype, evalue, stb)
+        hint = hints.for_exception(evalue) if isinstance(evalue, BaseException) else None
+        self.runtime.publish_error(etype, evalue, list(stb) + [hint] if hint else stb)
+
+    def system(self, cmd):
+        """``!cmd`` and ``%pip``: as IPython runs them, then a hint when pip failed offline."""
+        super().system(cmd)
+        hint = hints.after_command(cmd, self.user_ns.get("_exit_code", 0))
+        if hint:
+            self.runtime.publish_stream(V.STDERR, hint + "\n")
 
     def ask_exit(self):
         # exit()/quit() in a cell would end the shell; a sandbox ends by delete or TTL.

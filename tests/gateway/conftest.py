@@ -95,3 +95,17 @@ def new_gateway(node: support.Server) -> t.Iterator[t.Callable[..., GatewayProce
     yield start
     for gw in made:
         gw.stop()
+
+
+@pytest.fixture
+def gateway_to(tmp_path: pathlib.Path) -> t.Iterator[t.Callable[..., GatewayProcess]]:
+    """gateway_to(token, *args) -> a started gateway with these arguments, stopped afterwards."""
+    made: list[GatewayProcess] = []
+
+    def start(token: str, *args: str) -> GatewayProcess:
+        made.append(GatewayProcess(token, tmp_path / f"gateway-{len(made)}.log", *args))
+        return made[-1].start()
+
+    yield start
+    for gw in made:
+        gw.stop()
