@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from sandbox.runtime import vocabulary as V
 from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable
 
+from . import usage_note
 from .failure import CellFailure
 from .host import host_cells_enabled, is_host_cell
 from .magics import run_magic, split_cell
@@ -219,6 +220,9 @@ class CellRunner:
             reply["user_expressions"] = reply_user_expressions(execution.user_expressions, self.outputs_passthrough)
         for msg_type, content in owed:
             out.send(msg_type, content)
+        note = usage_note.after_cell(mapper.done, usage_note.memory_limit(sbx))
+        if note and not silent:
+            out.stream("stderr", note)
         if execution.execution_count is not None:
             self.last_count = execution.execution_count
         if mapper.sandbox_gone:

@@ -13,7 +13,8 @@ HELP = {
     "push": "%push LOCAL [DEST]: upload files (globs like data/*.csv, folders) from the notebook's folder into /workspace",
     "pull": "%pull [--force] REMOTE [LOCAL]: download files (globs like out/*.png) from /workspace into the "
     "notebook's folder; --force replaces existing files",
-    "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits, isolation and egress policy",
+    "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits, what it uses (memory, CPU, disk), isolation and "
+               "egress policy; %sandbox packages: the packages of its image, with versions",
     "ttl": "%ttl: show the time left; %ttl renew: restart the countdown at the current TTL; "
            "%ttl extend SECONDS: expire that far from now, once (the TTL each cell renews to is unchanged); "
            "%ttl set SECONDS: change the TTL each cell renews to",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typing as t
 
+from . import usage_note
 from .failure import CellFailure
 from .magic_host import HELP, MagicHost
 from .outputs import format_bytes, format_duration
@@ -105,6 +106,7 @@ def describe(
         *[("", line) for line in iso_lines[1:]],
         *[("egress" if i == 0 else "", line) for i, line in enumerate(describe_egress((info.raw or {}).get("egress")))],
         ("cells run", str(info.execution_count)),
+        *usage_note.usage_rows(info.usage, lim.memory_mb, lim.disk_mb),
         ("pushed", ", ".join(pushed) if pushed else "nothing yet"),
         *([("airlock", airlock)] if airlock else []),
         *([("outputs", outputs)] if outputs else []),
@@ -115,6 +117,9 @@ def describe(
 
 
 async def run_sandbox(args: list[str], host: MagicHost) -> None:
+    if args == ["packages"]:
+        host.stdout(usage_note.packages_text(await (await host.sandbox()).image()))
+        return
     if args:
         raise CellFailure("UsageError", HELP["sandbox"])
     sbx = await host.sandbox()

@@ -154,10 +154,11 @@ class Tools:
 
     @refusals_as_results
     async def list_sandboxes(self) -> CallToolResult:
-        """List the live sandboxes of this server: id, image, state, expiry."""
+        """List the live sandboxes of this server: id, image, state, expiry, and what each uses
+        (CPU seconds, memory now and at its peak, its memory limit, disk used)."""
         infos = await AsyncSandbox.list(config=self.state.config)
         return _json({"sandboxes": [{"sandbox_id": i.id, "image": i.image, "state": i.state,
-                                     "expires_at": i.expires_at} for i in infos]})
+                                     "expires_at": i.expires_at, "usage": agent_usage(i)} for i in infos]})
 
     @refusals_as_results
     async def delete_sandbox(self, ctx: Context, sandbox_id: str = "") -> CallToolResult:
@@ -232,6 +233,13 @@ class Tools:
 
 TOOL_NAMES = ("create_sandbox", "list_sandboxes", "delete_sandbox", "run_code", "run_command", "write_file",
               "read_file", "list_files")
+
+
+def agent_usage(info: t.Any) -> dict[str, t.Any]:
+    """What an agent is told of a sandbox's resource use: enough to see memory running out."""
+    usage = info.usage or {}
+    return {k: usage.get(k) for k in ("cpu_seconds", "memory_bytes", "memory_peak_bytes", "disk_bytes")} | {
+        "memory_limit_bytes": info.limits.memory_mb * 1024 * 1024 if info.limits.memory_mb else None}
 
 
 def build_server(state: SandboxMCP, *, with_commands: bool | None = None) -> MCPServer:

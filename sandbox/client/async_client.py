@@ -403,6 +403,11 @@ class AsyncSandbox:
         self._info = SandboxInfo.from_dict(await self._transport.request("GET", f"/v1/sandboxes/{self.id}"))
         return self._info
 
+    async def image(self) -> dict[str, t.Any]:
+        """The image this sandbox runs, with ``package_list``: every package, its version,
+        layer and source (GET /v1/images/{name})."""
+        return await self._transport.request("GET", f"/v1/images/{(await self.refresh()).image}")
+
     async def is_running(self) -> bool:
         """True if the sandbox is alive on the server (asks the server)."""
         try:

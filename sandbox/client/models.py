@@ -62,6 +62,8 @@ class SandboxInfo:
     dead_reason: str | None = None
     metadata: dict[str, t.Any] = field(default_factory=dict)
     forked_from: str | None = None  # the sandbox this one was forked from (gvisor)
+    # What it uses (docs/api.md, `usage`): cpu_seconds, memory_bytes, memory_peak_bytes, disk_bytes, ...
+    usage: dict[str, t.Any] = field(default_factory=dict)
     raw: dict[str, t.Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -82,6 +84,7 @@ class SandboxInfo:
             dead_reason=data.get("dead_reason"),
             metadata=dict(data.get("metadata") or {}),
             forked_from=data.get("forked_from"),
+            usage=dict(data.get("usage") or {}),
             raw=dict(data),
         )
 

@@ -405,6 +405,11 @@ class Sandbox:
         self._info = SandboxInfo.from_dict(self._transport.request("GET", f"/v1/sandboxes/{self.id}"))
         return self._info
 
+    def image(self) -> dict[str, t.Any]:
+        """The image this sandbox runs, with ``package_list``: every package, its version,
+        layer and source (GET /v1/images/{name})."""
+        return self._transport.request("GET", f"/v1/images/{(self.refresh()).image}")
+
     def is_running(self) -> bool:
         """True if the sandbox is alive on the server (asks the server)."""
         try:

@@ -73,6 +73,8 @@ async def exercise(client: Client, server: support.Server) -> dict[str, t.Any]:
     assert fresh.is_error and "NameError" in texts(fresh), fresh  # its own interpreter
     every = json.loads(texts(await client.call_tool("list_sandboxes", {})))
     assert other in {s["sandbox_id"] for s in every["sandboxes"]}
+    usage = next(s["usage"] for s in every["sandboxes"] if s["sandbox_id"] == other)
+    assert usage["memory_bytes"] > 0 and usage["memory_limit_bytes"] > usage["memory_bytes"], usage
     deleted = await client.call_tool("delete_sandbox", {"sandbox_id": other})
     assert not deleted.is_error, deleted
     gone = await client.call_tool("run_code", {"code": "1", "sandbox_id": other})
