@@ -62,11 +62,16 @@ def lay_out(source_dir: str, fork_dir: str, fork_id: str, *, ttl: int, max_life:
     statefile.write_json(os.path.join(fork_dir, "spec.json"), spec)
 
     source_id, now = record["id"], time.time()
+    # The fork's state is the source's, so it lives no longer than the source may: its
+    # absolute end is the source's (or sooner), never a fresh one, else forking again
+    # and again would keep a sandbox's state past its maximum lifetime forever.
+    source_end = record.get("max_expires_at")
+    max_expires = min(now + max_life, statefile.epoch(source_end)) if source_end is not None else now + max_life
     for key in _OWN_LIFE:
         record.pop(key, None)
     record.update(id=fork_id, created_at=statefile.iso(now), booted_at=statefile.iso(now), ttl_seconds=ttl,
-                  expires_at=now + ttl, max_expires_at=now + max_life, metadata=spec["metadata"], pooled=False,
-                  from_pool=False, forked_from=source_id, restores=0)
+                  expires_at=min(now + ttl, max_expires), max_expires_at=max_expires, metadata=spec["metadata"],
+                  pooled=False, from_pool=False, forked_from=source_id, restores=0)
     statefile.write_json(os.path.join(fork_dir, "state.json"), record)
     return spec, record
 

@@ -12,6 +12,7 @@ import json
 import threading
 
 import support
+from sandbox import statefile
 from sandbox.client import Sandbox
 
 SETUP = """
@@ -78,6 +79,32 @@ def test_a_fork_carries_the_state_and_then_goes_its_own_way(api, new_sandbox, sa
         assert look(api, sid) == {"x": 7, "next": 16, "file": BEFORE}  # still its own, restored on call
     finally:
         api.delete(f"/v1/sandboxes/{fid}")
+
+
+def test_a_fork_inherits_its_sources_absolute_lifetime(api, new_sandbox):
+    """Red team: fork a sandbox asking for a longer life, then fork the fork. The state is the
+    source's, so each fork ends no later than the source's maximum lifetime (else forking
+    again and again keeps a sandbox's state alive forever). Control: a fork asking for a
+    shorter life gets that, sooner, so the probe reads a field the request does move."""
+    source = new_sandbox(isolation="gvisor", max_lifetime_seconds=600)
+    sid, end = source["id"], statefile.epoch(source["max_expires_at"])
+    support.ok(support.execute(api, sid, "x = 1"))
+    made = []
+    try:
+        longer = fork(api, sid, max_lifetime_seconds=86400)
+        made.append(longer["id"])
+        again = fork(api, longer["id"], max_lifetime_seconds=86400)
+        made.append(again["id"])
+        for child in (longer, again):
+            assert statefile.epoch(child["max_expires_at"]) <= end + 1, (child["max_expires_at"], source["max_expires_at"])
+            assert statefile.epoch(child["expires_at"]) <= end + 1, child
+        # Control: a shorter life than the source's is the fork's own.
+        shorter = fork(api, sid, max_lifetime_seconds=120)
+        made.append(shorter["id"])
+        assert statefile.epoch(shorter["max_expires_at"]) < end - 300, (shorter["max_expires_at"], end)
+    finally:
+        for fid in made:
+            api.delete(f"/v1/sandboxes/{fid}")
 
 
 def test_a_bwrap_sandbox_cannot_fork_and_says_why(api, new_sandbox):
