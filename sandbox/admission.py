@@ -41,21 +41,24 @@ class Gate:
 
 
 def held(record: dict) -> dict:
-    """What a sandbox holds of the host: all its limits, or only its disk when paused."""
+    """What a sandbox holds of the host: all its limits, or, when paused, its disk and its
+    checkpoint (runsc's image of its memory, often hundreds of MB on the same disk)."""
     limits = record.get("limits") or {}
     if record.get("state") == V.PAUSED:
-        return {"disk_mb": limits.get("disk_mb", 0)}
+        checkpoint = int((record.get("checkpoint") or {}).get("size_bytes") or 0)
+        return {"disk_mb": limits.get("disk_mb", 0) + -(-checkpoint // capacity.MiB)}
     return limits
 
 
 class CapacityLedger:
-    """What claimed sandboxes hold, and the limits of the creates under way (counted as used)."""
+    """What claimed sandboxes hold, and the limits of the creates under way (counted as used),
+    in all and per owner (a tenant of a --multi-user server holds at most its share)."""
 
     def __init__(self, config: ServiceConfig, registry: Registry, sandboxes_dir: str):
         self.config = config
         self.registry = registry
         self.sandboxes_dir = sandboxes_dir
-        self.reserved: list[dict] = []
+        self.reserved: list[tuple[int | None, dict]] = []  # (owner, limits) of each create under way
 
     def limits_for(self, request: dict) -> dict:
         """A create's limits: the server's defaults, overridden by what the request names."""
@@ -66,18 +69,21 @@ class CapacityLedger:
         limits["file_mb"] = max(int(limits["disk_mb"]), self.config.file_max_bytes // (1024 * 1024))
         return limits
 
-    def check(self, limits: dict, ttl: int, max_life: int) -> None:
-        """Raise the 4xx/503 of ``capacity.check`` when the host cannot take these limits now."""
-        capacity.check(self.config, self.host(), limits, ttl, max_life, self.usage())
+    def check(self, limits: dict, ttl: int, max_life: int, owner: int | None = None) -> None:
+        """Raise the 4xx/503 of ``capacity.check`` when the host cannot take these limits now
+        (or, on a shared server, ``owner``'s share cannot)."""
+        capacity.check(self.config, self.host(), limits, ttl, max_life, self.usage(), user=owner,
+                       user_used=None if owner is None else self.usage(owner))
 
     @contextlib.contextmanager
-    def reserving(self, limits: dict):
-        """Count ``limits`` as used while a create or a fork is under way."""
-        self.reserved.append(limits)
+    def reserving(self, limits: dict, owner: int | None = None):
+        """Count ``limits`` as used (by ``owner``) while a create or a fork is under way."""
+        entry = (owner, limits)
+        self.reserved.append(entry)
         try:
             yield
         finally:
-            self.reserved.remove(limits)
+            self.reserved.remove(entry)
 
     def host(self) -> capacity.Host:
         """The host now, its free disk less what live workspaces may still grow by."""
@@ -86,10 +92,13 @@ class CapacityLedger:
                         for h in self.registry.live.values())
         return capacity.host_facts(self.sandboxes_dir, committed)
 
-    def usage(self) -> dict:
-        """What live claimed sandboxes (and creates under way) hold; the warm pool is not counted."""
-        claimed = [held(h.record) for h in self.registry.live.values() if h.record.get("state") != V.POOLED]
-        return capacity.usage(claimed + self.reserved)
+    def usage(self, owner: int | None = None) -> dict:
+        """What live claimed sandboxes (and creates under way) hold, all of them or ``owner``'s;
+        the warm pool is not counted."""
+        mine = (lambda who: True) if owner is None else (lambda who: who == owner)
+        claimed = [held(h.record) for h in self.registry.live.values()
+                   if h.record.get("state") != V.POOLED and mine(self.registry.tenancy.owner_of(h.id))]
+        return capacity.usage(claimed + [limits for who, limits in self.reserved if mine(who)])
 
     def report(self) -> dict:
         host = self.host()

@@ -12,7 +12,13 @@ says what is allowed:
   are written);
 - **in total** (409 ``capacity_exceeded``): the sum over the live, claimed sandboxes stays
   within the operator's totals (``total_*``, ``max_sandboxes``; memory defaults to the
-  host's).
+  host's);
+- **per user** on a ``--multi-user`` server (409 ``capacity_exceeded``, naming the user and
+  what is free of their share): one user's sandboxes hold at most ``user_share`` of each
+  total, so that one user cannot take all and leave the others ``0 free``.
+
+A paused sandbox holds its disk and its checkpoint (runsc's image of its memory, often
+hundreds of MB), which counts against ``disk_mb`` like a workspace.
 
 Warm-pool sandboxes are idle stand-ins made with the default limits: they count once
 claimed. `/v1/info` reports the same numbers, for a placement layer that picks the server
@@ -130,8 +136,10 @@ def report(config, host: Host, used: dict) -> dict:
     return out
 
 
-def check(config, host: Host, limits: dict, ttl: int, max_life: int, used: dict) -> None:
-    """Refuse a create whose limits this server cannot promise; see the module docstring."""
+def check(config, host: Host, limits: dict, ttl: int, max_life: int, used: dict,
+          user: int | None = None, user_used: dict | None = None) -> None:
+    """Refuse a create whose limits this server cannot promise; see the module docstring.
+    ``user``/``user_used``: the tenant asking and what its sandboxes hold (a shared server)."""
     maxima = per_sandbox(config, host)
     asked = {**{key: limits[key] for key in RESOURCES}, "ttl_seconds": ttl, "max_lifetime_seconds": max_life}
     why = {"memory_mb": "the host's memory" if maxima["memory_mb"] == host.memory_mb else "max_memory_mb",
@@ -149,6 +157,8 @@ def check(config, host: Host, limits: dict, ttl: int, max_life: int, used: dict)
 
     caps = totals(config, host)
     want = {**{key: float(limits[key]) for key in RESOURCES}, "sandboxes": 1}
+    if user is not None and user_used is not None and getattr(config, "multi_user", False) and config.user_share < 1:
+        check_share(config, caps, want, limits, user, user_used, used)
     short = {}
     for key, cap in caps.items():
         if cap is not None and used[key] + want[key] > cap + 1e-9:
@@ -159,6 +169,28 @@ def check(config, host: Host, limits: dict, ttl: int, max_life: int, used: dict)
         free = report(config, host, used)
         raise ApiError(409, "capacity_exceeded", f"this server has no room for the sandbox: {text}",
                        extra={"exceeded": short, "free": {k: v["free"] for k, v in free.items()}})
+
+
+def share_caps(config, caps: dict) -> dict:
+    """One user's share of each total (None where the total is not capped)."""
+    return {key: None if cap is None else (round(cap * config.user_share, 3) if key == "cpus"
+                                           else int(cap * config.user_share))
+            for key, cap in caps.items()}
+
+
+def check_share(config, caps: dict, want: dict, limits: dict, user: int, user_used: dict, used: dict) -> None:
+    """Refuse a tenant's create past its share, saying whose share it is and what is free of it."""
+    shares = share_caps(config, caps)
+    short = {key: {"requested": limits.get(key, 1), "free": _free(cap, user_used[key]), "share": cap,
+                   "server_free": None if caps[key] is None else _free(caps[key], used[key])}
+             for key, cap in shares.items() if cap is not None and user_used[key] + want[key] > cap + 1e-9}
+    if not short:
+        return
+    text = "; ".join(f"{k} {v['requested']} does not fit: {v['free']} free of its {v['share']}" for k, v in short.items())
+    raise ApiError(409, "capacity_exceeded", f"uid {user}'s share of this server is used (user_share "
+                   f"{config.user_share:g} of each total): {text}; delete one of uid {user}'s sandboxes to make room",
+                   extra={"exceeded": short, "user": user, "user_share": config.user_share,
+                          "free": {k: None if cap is None else _free(cap, user_used[k]) for k, cap in shares.items()}})
 
 
 def _free(cap: float, used: float) -> float:

@@ -59,7 +59,7 @@ class ServiceConfig(Configurable):
                                        "then it fails with 409 and what it could not remove.").tag(config=True)
     file_work_threads = Int(8, help="Threads for file work (listing, deleting, reading files), apart from the "
                                     "server's own.").tag(config=True)
-    file_work_per_sandbox = Int(2, help="File-work calls of one sandbox that run at once; its others wait their "
+    file_work_per_sandbox = Int(1, help="File-work calls of one sandbox that run at once; its others wait their "
                                         "turn, so one sandbox cannot hold every file-work thread.").tag(config=True)
 
     # What one sandbox may ask for (0: only the host's size bounds it) and what all the
@@ -74,6 +74,8 @@ class ServiceConfig(Configurable):
     total_pids = Int(0, help="Cap on the pids of all live sandboxes together (0: no cap).").tag(config=True)
     total_disk_mb = Int(0, help="Cap on the disk_mb of all live sandboxes together (0: no cap beyond free disk).").tag(config=True)
     max_sandboxes = Int(0, help="Cap on the number of live sandboxes, warm pool not counted (0: no cap).").tag(config=True)
+    user_share = Float(0.5, help="On a --multi-user server, the fraction of each total above (and of the host's "
+                                 "memory) that one user's sandboxes may hold together; 1: no per-user cap.").tag(config=True)
 
     pool_size = Int(2, help="Warm sandboxes kept ready for the default image.").tag(config=True)
     pool_sizes = Dict(help="Warm sandboxes per image name (overrides pool_size).").tag(config=True)

@@ -6,7 +6,9 @@ used to hold every thread of the event loop's default pool, which the server als
 its own work, so another sandbox's listing waited seconds. Here file work runs in a pool
 of its own (``file_work_threads``), and at most ``file_work_per_sandbox`` calls of one
 sandbox run at once; its further calls wait, without a thread, for one of its own to end.
-So one sandbox can slow only itself, and the server's pool stays free.
+So one sandbox can slow only itself, and the server's pool stays free. The share is one
+call by default: a delete is Python work between its syscalls, and each busy file thread
+takes the interpreter lock from the event loop that serves every other request.
 """
 
 from __future__ import annotations

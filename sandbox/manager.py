@@ -172,12 +172,12 @@ class SandboxManager:
         ttl = int(request.get("ttl_seconds") or self.config.ttl_seconds)
         max_life = int(request.get("max_lifetime_seconds") or self.config.max_lifetime_seconds)
         limits = self.ledger.limits_for(request)
-        self.ledger.check(limits, ttl, max_life)
+        self.ledger.check(limits, ttl, max_life, owner)
         ttl = min(ttl, max_life)
         backend = choose_backend(self.config, request)
         claim = {"op": "claim", "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
                  "metadata": request.get("metadata") or {}, "limits": limits}
-        with self.ledger.reserving(limits):
+        with self.ledger.reserving(limits, owner):
             # A warm sandbox was launched without egress: a policy needs a launch of its own.
             pooled_ok = egress is None and backend == V.BWRAP
             handle = await self.pool.claim(image, limits, claim) if pooled_ok else None

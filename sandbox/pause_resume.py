@@ -91,10 +91,10 @@ class PauseResume:
         limits = dict(source.record.get("limits") or spec["limits"])
         ttl = int(request.get("ttl_seconds") or source.record.get("ttl_seconds") or spec["ttl_seconds"])
         max_life = int(request.get("max_lifetime_seconds") or spec["max_lifetime_seconds"])
-        self.ledger.check(limits, ttl, max_life)
+        self.ledger.check(limits, ttl, max_life, owner)
         ttl = min(ttl, max_life)
         was_running = source.record.get("state") != V.PAUSED
-        with self.ledger.reserving(limits):
+        with self.ledger.reserving(limits, owner):
             try:
                 fork = await self._lay_out_fork(source, was_running, request, ttl, max_life, owner)
             except ApiError:

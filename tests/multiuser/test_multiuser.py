@@ -278,3 +278,37 @@ def test_notebooks_pass_nbval_as_an_ordinary_user(users, user_venv, sandbox_serv
     finally:
         stop_users_server(state)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def small_shared_server(sandbox_server: support.Server, *settings: str) -> support.Server:
+    """A --multi-user server with room for four sandboxes (and the given settings)."""
+    state = support.make_state_dir("sbk-mu-cap-", images_from=sandbox_server.state_dir)
+    args = [a for s in ("max_sandboxes=4", *settings) for a in ("--set", s)]
+    return support.Server(state, "--multi-user", "--pool-size", "0", *args, token=secrets.token_hex(16))
+
+
+def test_one_user_cannot_take_the_capacity_of_others(users, client_script, sandbox_server):
+    """Red team: alice creates sandboxes until refused. She gets her share (user_share 0.5 of
+    4) and a 409 naming her uid and what is free of her share; bob still gets his. Control:
+    with user_share 1 (no per-user cap) alice takes all four and bob is left with 0 free."""
+    import pwd
+
+    alice, bob = users
+    alice_uid = pwd.getpwnam(alice).pw_uid
+
+    def grab(server: support.Server, user: str, n: int) -> list[dict]:
+        sock = server.state_dir / "server.sock"
+        return [as_user(user, client_script, sock, "POST", "/v1/sandboxes", {"ttl_seconds": 300}) for _ in range(n)]
+
+    with small_shared_server(sandbox_server) as server:
+        alices = grab(server, alice, 3)
+        assert [a["status"] for a in alices] == [201, 201, 409], alices
+        refusal = alices[2]["body"]["error"]
+        assert refusal["code"] == "capacity_exceeded" and refusal["user"] == alice_uid, refusal
+        assert f"uid {alice_uid}'s share of this server is used" in refusal["message"], refusal
+        assert refusal["free"]["sandboxes"] == 0 and refusal["exceeded"]["sandboxes"]["server_free"] == 2, refusal
+        assert [b["status"] for b in grab(server, bob, 2)] == [201, 201]
+    with small_shared_server(sandbox_server, "user_share=1") as server:
+        assert [a["status"] for a in grab(server, alice, 4)] == [201] * 4
+        bobs = grab(server, bob, 1)[0]
+        assert bobs["status"] == 409 and "0 free" in bobs["body"]["error"]["message"], bobs
