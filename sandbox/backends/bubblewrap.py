@@ -12,7 +12,7 @@ import os
 import subprocess
 
 from ..isolation import bwrap, imagefs
-from . import SOCKET, Launch
+from .base import SOCKET, Launch
 
 
 class BubblewrapBackend:

@@ -17,7 +17,7 @@ from typing import Callable
 
 from .. import checkpoints
 from ..isolation import gvisor
-from . import STDIO, Launch
+from .base import STDIO, Launch
 
 
 class GvisorBackend:

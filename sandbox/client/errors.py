@@ -11,11 +11,18 @@ import typing as t
 
 import httpx
 
-if t.TYPE_CHECKING:
-    from .configuration import ServerConfig
-
 START_HINT = ("start it with `sandbox-kernel serve` (or open a notebook with the sandbox kernel, which "
               "starts it), or give --url / SANDBOX_KERNEL_URL, or --state-dir / SANDBOX_KERNEL_STATE_DIR")
+
+
+class ServerPlace(t.Protocol):
+    """What an error message says of the server it could not reach or that refused it
+    (``configuration.ServerConfig`` is one): where it is, and where the token came from."""
+
+    @property
+    def where(self) -> str: ...
+
+    token_source: str
 
 
 class SandboxError(Exception):
@@ -80,7 +87,7 @@ _STATUS_ERRORS: dict[int, type[SandboxError]] = {
 
 
 
-def error_from_response(response: httpx.Response, config: ServerConfig) -> SandboxError:
+def error_from_response(response: httpx.Response, config: ServerPlace) -> SandboxError:
     """Turn a non-2xx response into the matching exception, keeping the server's words."""
     code, message = "error", ""
     try:
@@ -103,7 +110,7 @@ def error_from_response(response: httpx.Response, config: ServerConfig) -> Sandb
     return cls(code, message, status)
 
 
-def transport_error(exc: httpx.TransportError, config: ServerConfig) -> ServerUnavailable:
+def transport_error(exc: httpx.TransportError, config: ServerPlace) -> ServerUnavailable:
     if isinstance(exc, httpx.ConnectError):
         return ServerUnavailable(
             "unreachable",

@@ -29,9 +29,7 @@ from ..errors import ApiError
 from ..runtime import vocabulary as V
 from .nodes import NODE_UNAVAILABLE, Node, NodeTable, no_answer
 from .pool import UpstreamConnection, Upstream
-
-if t.TYPE_CHECKING:
-    from .relay import ClientConnection
+from .sides import ClientSide
 
 log = logging.getLogger("sandbox.gateway.relay")
 
@@ -68,7 +66,7 @@ def error_answer(exc: ApiError, keep_alive: bool) -> bytes:
 class Exchange:
     """A call relayed to ``upstream``; ``node`` and ``sandbox_id`` are set for a node's."""
 
-    def __init__(self, client: "ClientConnection", keep_alive: bool, *, error: ApiError | None = None,
+    def __init__(self, client: ClientSide, keep_alive: bool, *, error: ApiError | None = None,
                  upstream: Upstream | None = None, table: NodeTable | None = None, node: Node | None = None,
                  sandbox_id: str | None = None, method: bytes = b"", target: bytes = b"",
                  headers: t.Sequence[tuple[bytes, bytes]] = (), read_timeout: float | None = None):

@@ -19,8 +19,7 @@ import typing as t
 
 import httptools
 
-if t.TYPE_CHECKING:
-    from .exchange import Exchange
+from .sides import AnswerSink
 
 # Request headers a node gets from the client; the relay writes Host, Authorization (the
 # node's token) and the body's framing itself.
@@ -40,7 +39,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.exchange: "Exchange | None" = None
+        self.exchange: AnswerSink | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.closed = False
         self.idle_since = 0.0

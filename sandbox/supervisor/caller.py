@@ -8,12 +8,9 @@ waiting on a silent cell.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from ..runtime.protocol import write_frame
-
-if TYPE_CHECKING:
-    from .lifecycle import Supervisor
+from .core import SupervisorCore
 
 CALLER_GONE = "_client_gone"  # a session-internal event type, never sent on a wire
 
@@ -45,7 +42,7 @@ class Session:
     """What the execute and command sessions share: one request, its caller's connection,
     and whether the caller is still there."""
 
-    def __init__(self, supervisor: "Supervisor", request: dict,
+    def __init__(self, supervisor: SupervisorCore, request: dict,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.supervisor = supervisor
         self.channel = supervisor.channel

@@ -19,8 +19,7 @@ from typing import Awaitable, Callable
 from ..runtime import framecheck
 from ..runtime import vocabulary as V
 from ..runtime.protocol import ProtocolError, read_payload, write_frame
-from .commands import CommandRun, command_frame_problem
-from .execute import CellRun
+from .runs import CellRun, CommandRun, command_frame_problem
 
 # Past its output budget an execute's frames are dropped unread, but for its `done` (the
 # runtime encodes the type first): a flood of tiny frames costs a prefix test each.

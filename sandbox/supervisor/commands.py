@@ -20,21 +20,10 @@ from ..runtime.protocol import write_frame
 from .caller import CALLER_GONE, Session, watch_for_eof
 from .deadlines import INTERRUPT_GRACE
 from .record import iso
+from .runs import CommandRun
 
 MAX_COMMANDS = 16  # running at once per sandbox: each holds a connection and a stream on the host
 INTERRUPT = "_interrupt"  # a session-internal event type: the caller asked to interrupt
-
-
-class CommandRun:
-    """A command the runtime runs for one caller: its events, and what was asked of it."""
-
-    def __init__(self, command_id: str, request: dict, timeout: float):
-        self.id = command_id
-        self.events: asyncio.Queue = asyncio.Queue(maxsize=256)
-        self.started_at = time.time()
-        self.timeout = timeout
-        self.summary = {"command_id": command_id, "argv": request.get("argv"), "shell": request.get("shell"),
-                        "cwd": request.get("cwd"), "timeout_seconds": timeout}
 
 
 class CommandSession(Session):
@@ -162,27 +151,6 @@ async def interrupt_command(channel, command_id: str | None) -> bool:
     except asyncio.QueueFull:  # the loop is behind on output: signal from here
         await signal_command(channel, run, V.SIGNAL_INTERRUPT)
     return True
-
-
-def command_frame_problem(frame: dict) -> str | None:
-    """What is wrong with a command's frame from the runtime, if anything: the runtime
-    never sends such a frame, so anything off means code in the sandbox wrote it."""
-    if frame["type"] == V.STREAM:
-        if frame.get("name") not in V.STREAM_NAMES or not isinstance(frame.get("text"), str):
-            return "a command's stream frame without a stream name and text"
-        return None
-    exit_code, signum = frame.get("exit_code"), frame.get("signal")
-    if exit_code is not None and (type(exit_code) is not int or not 0 <= exit_code <= 255):
-        return "a command's exit code out of range"
-    if signum is not None and (type(signum) is not int or not 1 <= signum <= 64):
-        return "a command's signal out of range"
-    duration = frame.get("duration")
-    if type(duration) not in (int, float) or not 0 <= duration < 10 * 86400:
-        return "a command's duration out of range"
-    error = frame.get("error")
-    if error is not None and (not isinstance(error, str) or len(error) > 4096):
-        return "a command's error message that is not a short string"
-    return None
 
 
 def event_size(event: dict) -> int:

@@ -13,17 +13,14 @@ import asyncio
 import json
 import os
 import time
-from typing import TYPE_CHECKING
 
 from ..runtime import vocabulary as V
 from ..runtime.protocol import ProtocolError, read_frame, write_frame
 from .commands import CommandSession, interrupt_command
+from .core import SupervisorCore
 from .execute import ANSWERED, ExecuteSession
 from .pausing import pause
 from .record import iso
-
-if TYPE_CHECKING:
-    from .lifecycle import Supervisor
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 # ops whose caller reads a stream of events, each served by a session
@@ -35,7 +32,7 @@ def socket_path(sandbox_dir: str) -> str:
 
 
 class ControlServer:
-    def __init__(self, supervisor: "Supervisor"):
+    def __init__(self, supervisor: SupervisorCore):
         self.supervisor = supervisor
         self.record = supervisor.record
         self.path = socket_path(supervisor.dir)

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
 from ..runtime import vocabulary as V
+from .core import SupervisorCore
 from .pausing import pause
-
-if TYPE_CHECKING:
-    from .lifecycle import Supervisor
 
 INTERRUPT_GRACE = 2.0
 CHECK_EVERY = 0.25
 
 
-async def watch_deadlines(supervisor: "Supervisor") -> None:
+async def watch_deadlines(supervisor: SupervisorCore) -> None:
     record, channel = supervisor.record, supervisor.channel
     while not supervisor.finished.is_set():
         await asyncio.sleep(CHECK_EVERY)

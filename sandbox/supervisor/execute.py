@@ -16,6 +16,7 @@ from ..runtime import vocabulary as V
 from ..runtime.protocol import write_frame
 from .caller import CALLER_GONE, Session, watch_for_eof
 from .deadlines import INTERRUPT_GRACE
+from .runs import CellRun
 
 # What of an execute (or comm) request the runtime is handed, by op.
 FORWARDED = {
@@ -31,59 +32,6 @@ ANSWERED = "_answered"
 # what the runtime itself sends at a time, so merging never makes an event a caller could
 # not take.
 MERGE_MAX_CHARS = 64 * 1024
-
-
-class CellRun:
-    """One cell in flight: its events on their way to the caller, and its output budget.
-
-    The budget is the supervisor's own, behind the runtime's: the runtime trims its output
-    to the same count, so only frames a cell wrote to the channel itself go past it.
-    """
-
-    def __init__(self, exec_id: str, budget: int):
-        self.id = exec_id
-        self.events: asyncio.Queue = asyncio.Queue(maxsize=256)
-        self.budget = budget   # frame bytes (framecheck.frame_cost) its output may still take
-        self.dropped = 0       # frame bytes of output dropped past the budget
-        self.cut = False       # the runtime sent an output it had trimmed
-        self.waiting_input: float | None = None  # timeout left when it asked for input, while it waits
-        # What the supervisor did with the frames that arrived while the cell ran (logged at
-        # its end): parsed as JSON, or dropped unread from their header once past the budget.
-        self.parsed = 0
-        self.skipped = 0
-        self.past_budget = 0   # frames that arrived after the first one over the budget
-        self.over_budget_at: float | None = None  # monotonic time of the first frame over the budget
-        self.told = False      # the caller has heard that its output is being dropped
-
-    def admit(self, cost: int) -> bool:
-        """Charge an output frame; False (and counted) once the budget is spent."""
-        if cost > self.budget:
-            self.budget = 0
-            self.dropped += cost
-            if self.over_budget_at is None:
-                self.over_budget_at = time.monotonic()
-            return False
-        self.budget -= cost
-        return True
-
-    def truncation_notice(self, output_bytes: int) -> dict | None:
-        """The stderr event that tells the caller, the moment the cell's output first went
-        past its budget, that the rest is dropped (once; None when already told or not past).
-        It says ``truncated: true`` at once, rather than only in the cell's ``done``."""
-        if self.over_budget_at is None or self.told:
-            return None
-        self.told = True
-        event = V.stream_event(V.STDERR, f"\n[sandbox: this cell's output passed its limit of {output_bytes} bytes; "
-                                         "the rest of it is dropped]\n")
-        event["truncated"] = True
-        return event
-
-    def frame_counts(self) -> str:
-        """What the supervisor's log says of the cell's frames (the tests and benchmark 8 read it)."""
-        words = f"execute {self.id}: {self.parsed} frames parsed, {self.skipped} dropped unread past its output budget"
-        if self.over_budget_at is not None:
-            words += f", {self.past_budget} more frames after the first over it"
-        return words
 
 
 def merge_streams(first: dict, queue: asyncio.Queue) -> tuple[dict, dict | None]:

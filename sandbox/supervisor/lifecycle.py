@@ -79,7 +79,7 @@ class Supervisor:
                 # began: a cold start on a busy host may take longer than a short TTL.
                 self.record.touch()
         self.tasks = [launched.log_task, asyncio.create_task(self.channel.read(reader)),
-                      asyncio.create_task(self._watch_process()), asyncio.create_task(watch_deadlines(self)), asyncio.create_task(self.usage.run())]
+                      asyncio.create_task(self.watch_process()), asyncio.create_task(watch_deadlines(self)), asyncio.create_task(self.usage.run())]
         if self.restoring:
             await restored(self, started)
 
@@ -87,7 +87,7 @@ class Supervisor:
         await ControlServer(self).serve(ready_fd)
         await self.teardown()
 
-    async def _watch_process(self) -> None:
+    async def watch_process(self) -> None:
         code = await self.proc.wait()
         if self.pausing:
             return  # the container stopped because it was checkpointed (see `pausing`)

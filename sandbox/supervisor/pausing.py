@@ -20,21 +20,18 @@ import os
 import shutil
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from .. import checkpoints, statefile
 from ..isolation import gvisor
 from ..runtime import vocabulary as V
+from .core import SupervisorCore
 from .launch import exit_code, log_tail
-
-if TYPE_CHECKING:
-    from .lifecycle import Supervisor
 
 CHECKPOINT_TIMEOUT = 600.0
 RUNSC_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
-def refusal(supervisor: "Supervisor", holding_lock: bool = False) -> dict | None:
+def refusal(supervisor: SupervisorCore, holding_lock: bool = False) -> dict | None:
     """The refusal a pause gets now, or None if the sandbox may pause."""
     record, channel = supervisor.record, supervisor.channel
     why = None
@@ -52,7 +49,7 @@ def refusal(supervisor: "Supervisor", holding_lock: bool = False) -> dict | None
     return {"error": "conflict", "reason": why[0], "message": f"the sandbox cannot pause: {why[1]}"}
 
 
-async def pause(supervisor: "Supervisor", why: str) -> dict:
+async def pause(supervisor: SupervisorCore, why: str) -> dict:
     """Checkpoint and stop the sandbox; the control server's reply (``ok`` or a refusal)."""
     refused = refusal(supervisor)
     if refused is not None:
@@ -93,7 +90,7 @@ async def pause(supervisor: "Supervisor", why: str) -> dict:
         return {"ok": True, "state": supervisor.public_state()}
 
 
-async def _failed(supervisor: "Supervisor", detail: str) -> dict:
+async def _failed(supervisor: SupervisorCore, detail: str) -> dict:
     shutil.rmtree(checkpoints.staging_path(supervisor.dir), ignore_errors=True)
     supervisor.pausing = False
     if await exit_code(supervisor.proc, 0.5) is None:
@@ -101,12 +98,12 @@ async def _failed(supervisor: "Supervisor", detail: str) -> dict:
     else:  # the container went down with it: recorded as the death it is
         message = f"the checkpoint failed and stopped the sandbox; its variables are gone: {detail}"
         supervisor.kill_reason = supervisor.kill_reason or (V.CRASHED, message)
-        supervisor.tasks.append(asyncio.create_task(supervisor._watch_process()))
+        supervisor.tasks.append(asyncio.create_task(supervisor.watch_process()))
     print(f"supervisor: {message}", file=sys.stderr, flush=True)
     return {"error": "conflict", "reason": V.PAUSE_FAILED, "message": message}
 
 
-async def restored(supervisor: "Supervisor", started: float) -> None:
+async def restored(supervisor: SupervisorCore, started: float) -> None:
     """A restored runtime sends no `ready` (it was running when it was saved): ask it."""
     try:
         await supervisor.channel.request({"op": V.OP_PING}, timeout=180.0)

@@ -12,15 +12,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from typing import TYPE_CHECKING
 
 from .. import statefile, tenancy
 from ..runtime import vocabulary as V
 from ..usage import store as usage_store
 from ..usage.meter import UsageMeter
-
-if TYPE_CHECKING:
-    from .lifecycle import Supervisor
+from .core import SupervisorCore
 
 SAMPLE_EVERY = 5.0  # seconds between samples: the GiB-hour integrals' step
 DEFAULT_RECORD_EVERY = 60.0
@@ -38,7 +35,7 @@ def owner_of(sandbox_dir: str) -> str:
 
 
 class UsageJob:
-    def __init__(self, supervisor: "Supervisor", restoring: bool):
+    def __init__(self, supervisor: SupervisorCore, restoring: bool):
         self.supervisor = supervisor
         self.meter = UsageMeter(supervisor.record, supervisor.host, restoring)
         self.store = usage_store.UsageStore(usage_store.path_in(state_root(supervisor.dir)))

@@ -13,7 +13,7 @@ import pytest
 from sandbox.runtime import framecheck
 from sandbox.runtime import vocabulary as V
 from sandbox.supervisor.channel import FLOOD_FRAMES, RuntimeChannel
-from sandbox.supervisor.execute import CellRun
+from sandbox.supervisor.runs import CellRun
 
 OUTPUT_BYTES = 4096
 
