@@ -483,6 +483,34 @@ def test_pull_with_a_glob_copes_with_names_that_are_not_text(start_kernel, tmp_p
     assert "3 files" in run.stdout
 
 
+def test_pull_of_sparse_files_is_bounded_by_their_apparent_size(start_kernel, tmp_path):
+    """Red team: sparse files use nothing of the sandbox's quota, but %pull would write every
+    byte of their apparent size to the host. With SANDBOX_KERNEL_PULL_MAX_BYTES at 8 MiB, a
+    glob over three 5 MiB sparse files is refused before anything is written, and one such
+    file (under the cap) is pulled whole; a 1 GB one is refused by the server (its apparent
+    size is over file_max_bytes). Control: the same glob with the default cap (1 GiB) writes
+    all 15 MiB, so the probe would notice a cap that stopped counting."""
+    km, kc = start_kernel(cwd=tmp_path, SANDBOX_KERNEL_PULL_MAX_BYTES=str(8 << 20))
+    make = ("import os\nos.makedirs('/workspace/sparse', exist_ok=True)\n"
+            "for i in range(3):\n    open(f'/workspace/sparse/z{i}.bin', 'wb').truncate(5 << 20)\n"
+            "open('/workspace/huge.bin', 'wb').truncate(1 << 30)")
+    assert run_cell(kc, make, timeout=180).status == "ok"
+    run = run_cell(kc, "%pull sparse/*.bin got/", timeout=120)
+    assert run.status == "error" and "pull_max_bytes" in run.errors[0]["evalue"], (run.errors, run.stdout)
+    assert "nothing was written" in run.errors[0]["evalue"] and not (tmp_path / "got").exists()
+    run = run_cell(kc, "%pull huge.bin", timeout=120)
+    assert run.status == "error" and "1073741824 bytes" in run.errors[0]["evalue"], run.errors
+    assert not (tmp_path / "huge.bin").exists() and not list(tmp_path.glob(".huge.bin*"))
+    run = run_cell(kc, "%pull sparse/z0.bin one/", timeout=120)
+    assert run.status == "ok" and (tmp_path / "one" / "z0.bin").stat().st_size == 5 << 20, run.errors
+    # Control: the default cap lets the glob through, and 15 MiB of zeros land on the host.
+    km, kc = start_kernel(cwd=tmp_path / "one")
+    assert run_cell(kc, make, timeout=180).status == "ok"
+    run = run_cell(kc, "%pull sparse/*.bin all/", timeout=120)
+    assert run.status == "ok", run.errors
+    assert sum(p.stat().st_size for p in (tmp_path / "one" / "all").iterdir()) == 15 << 20
+
+
 def test_push_of_a_missing_file_fails_the_cell_before_its_code(kc):
     run = run_cell(kc, "%push no-such-file.csv\nprint('should not run')")
     assert run.status == "error"
