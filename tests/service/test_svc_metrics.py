@@ -4,6 +4,7 @@ the API's authentication, with the loopback scrape port (metrics_port) opening i
 from __future__ import annotations
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import support
@@ -61,6 +62,7 @@ def test_metrics_need_the_token(sandbox_server):
         assert api.get("/metrics").status_code == 200
 
 
+@pytest.mark.slow
 def test_the_scrape_port_opens_metrics_alone(spawn_server):
     port = support.free_port()
     server = spawn_server("--set", f"metrics_port={port}")

@@ -124,6 +124,7 @@ def _cli(server, *args: str) -> subprocess.CompletedProcess:
                           cwd=str(support.REPO), timeout=120)
 
 
+@pytest.mark.slow
 def test_usage_route_and_report(sandbox_server, api, run):
     sandbox_id = support.create(api)["id"]
     for _ in range(2):
