@@ -19,11 +19,14 @@ from sandbox.runtime import vocabulary as V
 from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable
 
 from . import usage_note
+from .binding import all_bindings
 from .failure import CellFailure
+from .keeping import life_left
 from .host import host_cells_enabled, is_host_cell
 from .magics import run_magic, split_cell
 from .channels import input_prompt, reply_payload, reply_user_expressions
 from .outputs import CellMapper, died_reason, error_reply, ok_reply
+from .report import sandbox_table
 from .server import ServerStartError
 from .widgets import CommMessage
 
@@ -90,11 +93,11 @@ class _Host:
         self.outputs_mode = life.outputs_mode
         self.pushed = life.pushed
         self.server_url = life.server_config.url if life.server_config else ""
+        self._life = life
         self._out = out
-        self._sandbox = sandbox
 
     async def sandbox(self) -> AsyncSandbox:
-        return self._sandbox
+        return self._life._sandbox
 
     def stdout(self, text: str) -> None:
         self._out.stream("stdout", text)
@@ -102,6 +105,28 @@ class _Host:
     def display(self, data: dict[str, t.Any], *, display_id: str, update: bool = False) -> None:
         self._out.display(data, display_id=display_id, update=update)
 
+    async def new_sandbox(self) -> str:
+        old, sbx = await self._life.start_fresh()
+        self.pushed = self._life.pushed
+        was = f" (the old one, {old}, was deleted)" if old else ""
+        return f"new sandbox {sbx.id}{was}\n"
+
+    async def attach_sandbox(self, sandbox_id: str) -> str:
+        old, sbx, moved = await self._life.attach(sandbox_id)
+        self.pushed = self._life.pushed
+        text = f"attached to sandbox {sbx.id} ({life_left(sbx.info)}); its state is this kernel's now"
+        if moved:
+            text += f" and this notebook's (it was {', '.join(moved)}'s)"
+        if old:
+            text += f"; {old} is left as it was until its TTL ends it (%sandbox attach {old} takes it back)"
+        return text + "\n"
+
+    async def list_sandboxes(self) -> str:
+        config = self._life.config()
+        infos = await AsyncSandbox.list(config=config)
+        lease = self._life.keeper.lease
+        return sandbox_table(infos, all_bindings(config.state_dir), self._life.sandbox_id,
+                             lease.path if lease is not None else None)
 
 
 class CellRunner:
@@ -136,6 +161,7 @@ class CellRunner:
                 host = _Host(self, out, sbx)
                 for call in calls:
                     await run_magic(call, host)
+                sbx = t.cast(AsyncSandbox, self._sandbox)  # `%sandbox new` or `attach` may have changed it
                 if not rest:
                     if silent or not store_history:
                         return ok_reply(self.last_count + 1)

@@ -20,9 +20,12 @@ from sandbox.client import (
     SandboxError,
     SandboxGone,
     SandboxNotFound,
+    ServerConfig,
     Unauthorized,
 )
+from sandbox.runtime import vocabulary as V
 
+from . import binding
 from .failure import CellFailure
 from .outputs import gone_notice
 from .server import ServerStartError, ensure_server
@@ -78,35 +81,66 @@ class SandboxClaim:
         try:
             config = self.config()
             await self._start_server_if_ours()
-            self._set_status("creating the sandbox")
-            sbx = await AsyncSandbox.create(
-                **self.settings.create_arguments(),
-                metadata={"client": "sandbox-kernel", "kernel_pid": os.getpid()},
-                config=config,
-                # Over the socket the server ends the sandbox when this process exits,
-                # even if it is killed without a shutdown (nbval, kill -9).
-                end_with_caller=True if config.socket else None,
-            )
+            sbx = await self._reattach(config)
+            if sbx is None:
+                sbx = await self._create_new(config)
             # Known to shutdown at once, even before a cell adopts it.
             self.sandbox_id = sbx.id
         finally:
             self._creations_in_flight -= 1
         if self.shutting_down:
-            # The shutdown went ahead without this sandbox: do not leave it behind.
-            await sbx.delete()
+            # The shutdown went ahead without this sandbox: do not leave it behind (a kept
+            # one stays the notebook's, as the shutdown would have left it).
+            if not self.keeper.keeping or self.restarting:
+                await sbx.delete()
             await sbx.close()
             raise CellFailure("KernelShutdown", "the kernel is shutting down")
+        return sbx
+
+    async def _reattach(self, config: ServerConfig) -> AsyncSandbox | None:
+        """The notebook's kept sandbox, at the kernel's first claim only (a replacement for
+        a sandbox that went away is a new one)."""
+        if self._claimed_once:
+            return None
+        self._claimed_once = True
+        self.keeper.take(config, self.settings.isolation)
+        if not self.keeper.keeping:
+            return None
+        self._set_status("taking back this notebook's sandbox")
+        sbx = await self.keeper.reattach(config)
+        if sbx is not None:
+            self.log.info("sandbox %s: this notebook's, taken back", sbx.id)
+        return sbx
+
+    async def _create_new(self, config: ServerConfig) -> AsyncSandbox:
+        self._set_status("creating the sandbox")
+        keeping = self.keeper.keeping
+        sbx = await AsyncSandbox.create(
+            **self.settings.create_arguments(),
+            metadata={"client": "sandbox-kernel", "kernel_pid": os.getpid()},
+            config=config,
+            # Over the socket the server ends the sandbox when this process exits, even if
+            # it is killed without a shutdown (nbval, kill -9); unless the notebook keeps
+            # it, for its next kernel: then its TTL ends it if no kernel comes back.
+            end_with_caller=True if config.socket and not keeping else None,
+            # A kept gVisor sandbox sleeps on disk when idle instead of ending.
+            on_idle=V.ON_IDLE_PAUSE if keeping and self.settings.isolation == V.GVISOR else None,
+        )
+        self.keeper.bind(sbx)
         self.log.info("sandbox %s (%s)", sbx.id, "warm pool" if sbx.info.from_pool else "cold start")
         return sbx
 
     def _adopt(self, sbx: AsyncSandbox) -> None:
         self._sandbox = sbx
         self.sandbox_id = sbx.id
+        self.sandbox_tier = str((sbx.info.isolation or {}).get("backend") or "")
         self.last_count = sbx.info.execution_count
         self.comms.models.clear()  # a new sandbox holds none of the old one's widgets
         gone, self._gone = self._gone, None
         if gone is not None:
             self._pending_notice = gone_notice(gone.sandbox_id, gone.why, gone.pushed, sbx.id)
+        else:
+            self._pending_notice = self.keeper.take_note() or self._pending_notice
 
     async def _await_creation(self, task: asyncio.Task, out: Output) -> AsyncSandbox:
         """Wait for a sandbox being created, showing in the cell what takes long (the
@@ -200,6 +234,48 @@ class SandboxClaim:
         self._sandbox = None
         self.sandbox_id = None
         asyncio.get_running_loop().create_task(self._discard(old))
+
+    # ------------------------------------------------------------------ by hand (%sandbox)
+
+    async def start_fresh(self) -> tuple[str | None, AsyncSandbox]:
+        """`%sandbox new`: a new sandbox for this kernel (and its notebook); the old one is
+        deleted, as on Restart kernel. (old id, new sandbox)."""
+        old = self._sandbox
+        sbx = await self._create_new(self.config())
+        self.pushed = []
+        self._adopt(sbx)
+        if old is not None:
+            await self._discard(old)
+        return (old.id if old is not None else None), sbx
+
+    async def attach(self, sandbox_id: str) -> tuple[str | None, AsyncSandbox, list[str]]:
+        """`%sandbox attach ID`: this kernel (and its notebook) takes sandbox ID, resumed if
+        paused; the one it leaves is kept until its TTL. Refused while another notebook's
+        live kernel holds ID. (old id, the sandbox, notebooks it was taken from)."""
+        config = self.config()
+        if sandbox_id == self.sandbox_id:
+            raise CellFailure("UsageError", f"%sandbox attach: {sandbox_id} is this kernel's sandbox already")
+        own = self.keeper.lease.path if self.keeper.lease is not None else None
+        holder = binding.holder_of(config.state_dir, sandbox_id, own)
+        if holder is not None:
+            raise CellFailure("SandboxInUse", f"%sandbox attach: {sandbox_id} is in use by the kernel of {holder}; "
+                              "shut that kernel down first (two kernels never share a sandbox)")
+        if not binding.SANDBOX_ID.match(sandbox_id):
+            raise CellFailure("UsageError", f"%sandbox attach: {sandbox_id!r} is not a sandbox id (%sandbox list shows them)")
+        try:
+            sbx = await AsyncSandbox.connect(sandbox_id, config=config)
+        except (SandboxGone, SandboxNotFound) as exc:  # about that id, not about this kernel's sandbox
+            raise CellFailure(type(exc).__name__, f"%sandbox attach: {exc.message}") from None
+        if sbx.info.state == V.PAUSED:
+            await sbx.resume()
+        old = self._sandbox
+        self.pushed = []
+        self._adopt(sbx)
+        self.keeper.bind(sbx)
+        moved = binding.unbind_elsewhere(config.state_dir, sandbox_id, own) if own is not None else []
+        if old is not None:
+            await old.close()  # not deleted: `%sandbox attach` takes it back until its TTL ends it
+        return (old.id if old is not None else None), sbx, moved
 
     async def _discard(self, sbx: AsyncSandbox) -> None:
         # A dead sandbox may hold resources on the server until deleted; deleting one

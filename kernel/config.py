@@ -169,6 +169,20 @@ class SandboxSettings(Configurable):
     def _pull_max_bytes_default(self) -> int:
         return env_value("SANDBOX_KERNEL_PULL_MAX_BYTES", int) or 1024 * 1024 * 1024
 
+    keep_notebook_sandbox = Bool(
+        True,
+        help="A notebook keeps its sandbox across kernels (env SANDBOX_KERNEL_KEEP_NOTEBOOK_SANDBOX): "
+        "shutting the kernel down, closing JupyterLab or the server's idle culling leave the sandbox "
+        "(paused on the gVisor tier, else alive until its TTL) and the notebook's next kernel takes it "
+        "back; Restart kernel still starts fresh. Only for kernels Jupyter Server starts for a notebook "
+        "(JPY_SESSION_NAME); 0: every kernel's sandbox is deleted when the kernel ends.",
+    ).tag(config=True)
+
+    @default("keep_notebook_sandbox")
+    def _keep_default(self) -> bool:
+        value = env_value("SANDBOX_KERNEL_KEEP_NOTEBOOK_SANDBOX", _bool)
+        return True if value is None else value
+
     @default("unsafe_trust_sandbox_outputs")
     def _unsafe_trust_default(self) -> bool:
         return bool(env_value("SANDBOX_KERNEL_UNSAFE_TRUST_SANDBOX_OUTPUTS", _bool))

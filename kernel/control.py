@@ -15,8 +15,11 @@ import typing as t
 import httpx
 
 from sandbox.client import AsyncSandbox, SandboxError
+from sandbox.runtime import vocabulary as V
 
 CONTROL_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+# Jupyter waits 5 s (shutdown_wait_time) for a kernel to end after its shutdown reply.
+PAUSE_WAIT = 4.0
 
 
 class ControlThread:
@@ -79,12 +82,19 @@ class ControlThread:
         finally:
             await sbx.close()
 
-    async def shutdown(self) -> None:
-        """Delete the sandbox, including one still being created."""
+    async def shutdown(self, restart: bool = False) -> None:
+        """End the kernel's hold on its sandbox, including one still being created: a
+        notebook's sandbox is kept (paused where the tier can pause; see keeping.py) unless
+        this is "Restart kernel"; any other is deleted."""
+        self.restarting = restart
         self.shutting_down = True
         deadline = time.monotonic() + 10.0
         while self._creations_in_flight and self.sandbox_id is None and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
+        if self.keeper.keeping and not restart:
+            await self._keep()
+            return
+        self.keeper.forget()
         async with self._control_client() as sbx:
             if sbx is None:
                 return
@@ -93,6 +103,27 @@ class ControlThread:
             except SandboxError as exc:
                 self.log.warning("could not delete sandbox %s: %s", sbx.id, exc)
         self.sandbox_id = None
+
+    async def _keep(self) -> None:
+        """Leave the notebook's sandbox for its next kernel: a gVisor one is paused (its
+        memory goes to disk); a bwrap one runs on until its TTL. A pause that does not
+        finish before Jupyter stops waiting for the kernel goes on in the server, and the
+        sandbox's own idle TTL pauses it otherwise (it was created with on_idle: pause)."""
+        if self.sandbox_tier != V.GVISOR:
+            return
+        async with self._control_client() as sbx:
+            if sbx is None:
+                return
+            try:
+                await asyncio.wait_for(sbx.pause(), timeout=PAUSE_WAIT)
+            except (SandboxError, asyncio.TimeoutError) as exc:
+                self.log.warning("sandbox %s not paused now (its idle TTL will): %s", sbx.id, exc)
+
+    def on_terminate(self) -> None:
+        """SIGTERM (Jupyter's fallback when a shutdown goes unanswered, or a server stopping):
+        a notebook's sandbox is kept for its next kernel, any other deleted at once."""
+        if not (self.keeper.keeping and not self.restarting):
+            self.delete_now()
 
     def delete_now(self) -> None:
         """Blocking delete for a signal handler, where no event loop can be relied on."""

@@ -162,9 +162,10 @@ class SandboxKernel(SandboxSettings, Kernel):
             pass
 
     def _on_sigterm(self, signum: int, frame: t.Any) -> None:
-        """jupyter_client falls back to SIGTERM when shutdown_request goes unanswered:
-        still delete the sandbox rather than leave it running until its TTL."""
-        self.lifecycle.delete_now()
+        """jupyter_client falls back to SIGTERM when shutdown_request goes unanswered: still
+        delete the sandbox rather than leave it running until its TTL, unless it is the
+        notebook's, kept for its next kernel (see keeping.py)."""
+        self.lifecycle.on_terminate()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -241,8 +242,9 @@ class SandboxKernel(SandboxSettings, Kernel):
         self.session.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
 
     async def do_shutdown(self, restart: bool) -> dict[str, t.Any]:
-        """Delete the sandbox. A restart is a new kernel process, which makes a new one."""
-        await self.lifecycle.shutdown()
+        """Shut down keeps a notebook's sandbox for its next kernel; Restart (a new kernel
+        process, a fresh interpreter as in every kernel) and any other kernel delete it."""
+        await self.lifecycle.shutdown(restart)
         return {"status": "ok", "restart": restart}
 
     # ------------------------------------------------------------------ introspection

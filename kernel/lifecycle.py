@@ -30,6 +30,7 @@ from .claim import SandboxClaim, _Gone
 from .config import SandboxSettings
 from .control import ControlThread
 from .host import HostNamespace, host_cells_enabled
+from .keeping import NotebookKeeper
 from .widgets import CommRelay
 
 __all__ = ["Output", "SandboxLifecycle"]
@@ -56,6 +57,10 @@ class SandboxLifecycle(SandboxClaim, CellRunner, ControlThread):
         self._pending_notice: str | None = None
         self.comms = CommRelay(self.outputs_passthrough)
         self.comms_in_flight = 0  # comm messages from the page the sandbox is handling
+        self.keeper = NotebookKeeper(settings.keep_notebook_sandbox, log)  # the notebook's sandbox (keeping.py)
+        self._claimed_once = False  # the first claim takes the notebook's kept sandbox back
+        self.restarting = False  # shutdown for "Restart kernel": the sandbox goes too
+        self.sandbox_tier = ""  # the isolation backend of the current sandbox (gvisor can pause)
 
     def config(self) -> ServerConfig:
         """Where the server is (sandbox/endpoint.py's rule: the configured URL, else the

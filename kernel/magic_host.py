@@ -14,7 +14,9 @@ HELP = {
     "pull": "%pull [--force] REMOTE [LOCAL]: download files (globs like out/*.png) from /workspace into the "
     "notebook's folder; --force replaces existing files",
     "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits, what it uses (memory, CPU, disk), isolation and "
-               "egress policy; %sandbox packages: the packages of its image, with versions",
+               "egress policy; %sandbox packages: the packages of its image, with versions; %sandbox list: your "
+               "sandboxes and the notebooks they belong to; %sandbox new: a fresh sandbox (this one is deleted); "
+               "%sandbox attach ID: take sandbox ID (resumed if paused)",
     "ttl": "%ttl: show the time left; %ttl renew: restart the countdown at the current TTL; "
            "%ttl extend SECONDS: expire that far from now, once (the TTL each cell renews to is unchanged); "
            "%ttl set SECONDS: change the TTL each cell renews to",
@@ -43,3 +45,9 @@ class MagicHost(t.Protocol):
     def stdout(self, text: str) -> None: ...
 
     def display(self, data: dict[str, t.Any], *, display_id: str, update: bool = False) -> None: ...
+
+    async def new_sandbox(self) -> str: ...
+
+    async def attach_sandbox(self, sandbox_id: str) -> str: ...
+
+    async def list_sandboxes(self) -> str: ...

@@ -116,9 +116,44 @@ def describe(
     return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
 
 
+def sandbox_table(infos: t.Sequence[t.Any], bindings: t.Sequence[t.Any], current: str | None,
+                  own: t.Any) -> str:
+    """`%sandbox list`: the user's sandboxes, a line each, with the notebook each belongs to."""
+    owners = {b.sandbox_id: (b.notebook, held, path == own) for b, path, held in bindings}
+    if not infos:
+        return "no sandboxes on the server\n"
+    lines = []
+    for info in infos:
+        notebook, held, ours = owners.get(info.id, (None, False, False))
+        if info.id == current:
+            whose = "this kernel's"
+        elif notebook:
+            whose = f"{notebook}" + (" (its kernel is running)" if held else "")
+        else:
+            whose = "no notebook's"
+        age = format_duration((_now() - info.created_at).total_seconds()) if info.created_at else "?"
+        lines.append(f"{info.id}  {info.state:<8} {age:>8} old  {whose}")
+    return "".join(line + "\n" for line in lines) + "%sandbox attach ID takes one; %sandbox new starts fresh\n"
+
+
+def _now() -> t.Any:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
+
+
 async def run_sandbox(args: list[str], host: MagicHost) -> None:
     if args == ["packages"]:
         host.stdout(usage_note.packages_text(await (await host.sandbox()).image()))
+        return
+    if args == ["new"]:
+        host.stdout(await host.new_sandbox())
+        return
+    if args == ["list"]:
+        host.stdout(await host.list_sandboxes())
+        return
+    if len(args) == 2 and args[0] == "attach":
+        host.stdout(await host.attach_sandbox(args[1]))
         return
     if args:
         raise CellFailure("UsageError", HELP["sandbox"])

@@ -13,7 +13,10 @@ ERROR = {
     "type": "object",
     "required": ["error"],
     "properties": {"error": {"type": "object", "required": ["code", "message"],
-                             "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}},
+                             "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                                            # 410 gone: how the sandbox ended, and when
+                                            "state": {"type": "string"}, "reason": {"type": "string"},
+                                            "ended_at": {"type": ["string", "null"], "format": "date-time"}}}},
 }
 SANDBOX_ID = {"name": "sandbox_id", "in": "path", "required": True,
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}

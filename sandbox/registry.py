@@ -69,7 +69,8 @@ class Registry:
         text = {V.EXPIRED: f"sandbox {sandbox_id} expired", V.DELETED: f"sandbox {sandbox_id} was deleted",
                 V.LOST: f"sandbox {sandbox_id} was lost", V.DEAD: f"sandbox {sandbox_id} died"}.get(ended_as, ended_as)
         return ApiError(410, "gone", f"{text}: {why}" if why else text,
-                        extra={"state": ended_as, "reason": record.get("dead_reason") or ended_as})
+                        extra={"state": ended_as, "reason": record.get("dead_reason") or ended_as,
+                               "ended_at": statefile.iso(record.get("ended_at"))})
 
     def check(self, handle: Handle) -> None:
         """Move a sandbox that has ended from the live registry to the ended one.
@@ -92,6 +93,9 @@ class Registry:
         if record.get("state") not in V.ENDED_STATES:
             V.advance(record, V.DEAD, dead_reason=record.get("dead_reason") or V.CRASHED,
                       dead_message=record.get("dead_message") or "its supervisor process ended unexpectedly")
+        # Its supervisor stamps ended_at when its teardown is done; a 410 before that says
+        # when the server saw it end.
+        record.setdefault("ended_at", statefile.iso(time.time()))
         self.live.pop(handle.id, None)
         handle.drop_idle()
         self.bury(handle.id, record, handle.dir)

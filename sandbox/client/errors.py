@@ -29,7 +29,9 @@ class SandboxError(Exception):
     """An error the server reported, or that kept the request from reaching it.
 
     `code` is the server's machine-readable code (`not_found`, `gone`, ...), `message` its
-    human-readable explanation, `status` the HTTP status (None when there was no response).
+    human-readable explanation, `status` the HTTP status (None when there was no response),
+    `details` the error's other fields (a 410's `state`, `reason`, `ended_at`; a 422's
+    `exceeded`), as the server sent them.
     """
 
     def __init__(self, code: str, message: str, status: int | None = None) -> None:
@@ -37,6 +39,7 @@ class SandboxError(Exception):
         self.code = code
         self.message = message
         self.status = status
+        self.details: dict[str, t.Any] = {}
 
     def __str__(self) -> str:
         return self.message
@@ -90,11 +93,14 @@ _STATUS_ERRORS: dict[int, type[SandboxError]] = {
 def error_from_response(response: httpx.Response, config: ServerPlace) -> SandboxError:
     """Turn a non-2xx response into the matching exception, keeping the server's words."""
     code, message = "error", ""
+    details: dict[str, t.Any] = {}
     try:
         body = response.json()
         err = body.get("error", {}) if isinstance(body, dict) else {}
+        err = err if isinstance(err, dict) else {}
         code = err.get("code") or code
         message = err.get("message") or ""
+        details = {k: v for k, v in err.items() if k not in ("code", "message")}
     except (ValueError, UnicodeDecodeError):
         message = response.text.strip()[:500]
     if not message:
@@ -107,7 +113,9 @@ def error_from_response(response: httpx.Response, config: ServerPlace) -> Sandbo
         message = f"the sandbox server at {config.where} refused the request: {message} (token: {config.token_source or 'none'})"
     if cls is ServerUnavailable:
         return ServerUnavailable(code, f"sandbox server at {config.where}: {message}", status, sent=True)
-    return cls(code, message, status)
+    error = cls(code, message, status)
+    error.details = details
+    return error
 
 
 def transport_error(exc: httpx.TransportError, config: ServerPlace) -> ServerUnavailable:
