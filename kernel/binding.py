@@ -86,10 +86,8 @@ class NotebookLease:
 
     def read(self) -> Binding | None:
         """The notebook's binding; None if there is none or it cannot be read."""
-        try:
-            data = json.loads(self.path.read_text())
-            binding = Binding(**{k: data[k] for k in Binding.__dataclass_fields__ if k in data})
-        except (OSError, ValueError, TypeError, KeyError):
+        binding = _load(self.path)
+        if binding is None:
             return None
         if binding.notebook != self.notebook or not SANDBOX_ID.match(str(binding.sandbox_id)):
             return None
@@ -116,13 +114,20 @@ def all_bindings(state_dir: pathlib.Path) -> list[tuple[Binding, pathlib.Path, b
     """Every notebook binding of the user: (binding, its file, whether a live kernel holds it)."""
     found = []
     for path in sorted((state_dir / NOTEBOOKS_DIR).glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-            binding = Binding(**{k: data[k] for k in Binding.__dataclass_fields__ if k in data})
-        except (OSError, ValueError, TypeError, KeyError):
+        binding = _load(path)
+        if binding is None:
             continue
         found.append((binding, path, _lease_held(path.with_suffix(".lock"))))
     return found
+
+
+def _load(path: pathlib.Path) -> Binding | None:
+    """A binding file as written by `NotebookLease.write`; None if unreadable or malformed."""
+    try:
+        data = json.loads(path.read_text())
+        return Binding(**{k: data[k] for k in Binding.__dataclass_fields__ if k in data})
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def _lease_held(lock_path: pathlib.Path) -> bool:
@@ -140,7 +145,7 @@ def _lease_held(lock_path: pathlib.Path) -> bool:
     return False
 
 
-def unbind_elsewhere(state_dir: pathlib.Path, sandbox_id: str, keep: pathlib.Path) -> list[str]:
+def unbind_elsewhere(state_dir: pathlib.Path, sandbox_id: str, keep: pathlib.Path | None) -> list[str]:
     """Remove other notebooks' bindings to `sandbox_id` (it has moved to the notebook whose
     binding is `keep`); the notebooks it was taken from."""
     moved = []
@@ -152,17 +157,10 @@ def unbind_elsewhere(state_dir: pathlib.Path, sandbox_id: str, keep: pathlib.Pat
     return moved
 
 
-def holder_of(state_dir: pathlib.Path, sandbox_id: str, keep: pathlib.Path) -> str | None:
+def holder_of(state_dir: pathlib.Path, sandbox_id: str, keep: pathlib.Path | None) -> str | None:
     """The notebook whose live kernel holds `sandbox_id`, other than `keep`'s; None if none."""
     for binding, path, held in all_bindings(state_dir):
         if binding.sandbox_id == sandbox_id and path != keep and held:
-            return binding.notebook
-    return None
-
-
-def binding_of(state_dir: pathlib.Path, sandbox_id: str) -> str | None:
-    for binding, _path, _held in all_bindings(state_dir):
-        if binding.sandbox_id == sandbox_id:
             return binding.notebook
     return None
 

@@ -95,9 +95,11 @@ class _Host:
         self.server_url = life.server_config.url if life.server_config else ""
         self._life = life
         self._out = out
+        self._sandbox = sandbox
 
     async def sandbox(self) -> AsyncSandbox:
-        return self._life._sandbox
+        # The kernel's current one: `%sandbox new` or `attach` earlier in the cell may have changed it.
+        return self._life._sandbox or self._sandbox
 
     def stdout(self, text: str) -> None:
         self._out.stream("stdout", text)
@@ -161,7 +163,7 @@ class CellRunner:
                 host = _Host(self, out, sbx)
                 for call in calls:
                     await run_magic(call, host)
-                sbx = t.cast(AsyncSandbox, self._sandbox)  # `%sandbox new` or `attach` may have changed it
+                sbx = await host.sandbox()  # `%sandbox new` or `attach` may have changed it
                 if not rest:
                     if silent or not store_history:
                         return ok_reply(self.last_count + 1)

@@ -272,7 +272,8 @@ class SandboxClaim:
         self.pushed = []
         self._adopt(sbx)
         self.keeper.bind(sbx)
-        moved = binding.unbind_elsewhere(config.state_dir, sandbox_id, own) if own is not None else []
+        # It leaves the notebook it was kept for, whose next kernel must not take it too.
+        moved = binding.unbind_elsewhere(config.state_dir, sandbox_id, own)
         if old is not None:
             await old.close()  # not deleted: `%sandbox attach` takes it back until its TTL ends it
         return (old.id if old is not None else None), sbx, moved

@@ -159,6 +159,7 @@ def start_lab(server: support.Server, workdir: pathlib.Path, extra_env: dict[str
     env.update(server.env)  # the kernel inherits JupyterLab's environment
     env["SANDBOX_KERNEL_START_SERVER"] = "0"  # use the session's server, never start one
     env.update(
+        SANDBOX_KERNEL_STATE_DIR=str(workdir / "state"),  # where the kernels record each notebook's sandbox
         JUPYTER_CONFIG_DIR=str(workdir / "config"),
         JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
         JUPYTERLAB_SETTINGS_DIR=str(workdir / "settings"),
@@ -330,17 +331,22 @@ def test_jupyterlab_notebook_with_the_sandbox_kernel(sandbox_server: support.Ser
     seen: dict[str, dict] = {}  # every sandbox this JupyterLab's kernels used
     with lab_page(sandbox_server, "notebook") as (page, lab):
         run_the_notebook(page, lab, api, seen, expect)
+        kept = sandboxes_of(api, lab.kernel_pids())
     print(f"JupyterLab exited with {lab.exit_code}; sandboxes used: {sorted(seen)}", flush=True)
 
-    # Shutting JupyterLab down shut its kernel down, which deleted its sandbox: nothing
-    # this test created is left running on the server.
+    # Shutting JupyterLab down shut its kernel down, which kept the notebook's sandbox for
+    # its next kernel (JupyterLab told the kernel its notebook: JPY_SESSION_NAME); the one
+    # "Restart Kernel" left was deleted. Nothing else this test created is left running.
     assert seen, "no sandbox was ever attributed to this JupyterLab's kernels"
+    assert len(kept) == 1, kept
     live = {s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]}
-    assert not (live & set(seen)), f"sandboxes left running after JupyterLab stopped: {sorted(live & set(seen))}"
-    for sandbox_id in seen:
+    assert live & set(seen) == set(kept), f"left running after JupyterLab stopped: {sorted(live & set(seen))}"
+    for sandbox_id in set(seen) - set(kept):
         r = api.get(f"/v1/sandboxes/{sandbox_id}")
         assert r.status_code == 410, f"{sandbox_id}: {r.status_code} {r.text}"
         assert "was deleted" in r.json()["error"]["message"], f"{sandbox_id}: {r.text}"
+    for sandbox_id in kept:
+        api.delete(f"/v1/sandboxes/{sandbox_id}")
 
 
 def open_from_launcher(page: t.Any, lab: Lab, expect: t.Any, screenshot: str | None = None) -> Notebook:
@@ -450,3 +456,25 @@ def run_the_notebook(page: t.Any, lab: Lab, api: httpx.Client, seen: dict[str, d
     r = api.get(f"/v1/sandboxes/{first_id}")
     assert "was deleted" in r.json()["error"]["message"], r.text
     nb.shot("05-restarted-nameerror.png")
+
+    # 2f. Shut the kernel down (as closing the notebook with its kernel, or the server's
+    # culling, does), then reopen the notebook: the new kernel takes the notebook's sandbox
+    # back, and the first cell says so; nothing has to be re-run.
+    (restarted_id,) = after
+    nb.run(6, "kept = 'still here'")
+    page.keyboard.press("Control+s")
+    sessions = httpx.get(f"{lab.base}/api/sessions", params={"token": lab.token}, timeout=10).json()
+    (session,) = sessions
+    notebook_path = session["path"]
+    assert wait_for(lambda: "still here" in (lab.root / notebook_path).read_text(), 30, interval=0.5), "not saved"
+    httpx.delete(f"{lab.base}/api/sessions/{session['id']}", params={"token": lab.token}, timeout=60)
+    wait_for(lambda: not lab.kernel_pids(), 30, interval=0.5)
+    assert api.get(f"/v1/sandboxes/{restarted_id}").json()["state"] == "running", "shut down kept the sandbox"
+    page.goto(f"{lab.base}/lab/tree/{notebook_path}?token={lab.token}", wait_until="domcontentloaded")
+    nb = Notebook(page)
+    nb.panel.wait_for(state="visible", timeout=120_000)
+    nb.wait_status("idle", KERNEL_START_MS)
+    out = nb.run(7, "print(kept)")
+    assert "still here" in out and restarted_id in out and "%sandbox new" in out, out
+    assert set(sandboxes_of(api, lab.kernel_pids())) == {restarted_id}
+    nb.shot("06-reopened-kept.png")

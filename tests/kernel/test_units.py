@@ -263,3 +263,44 @@ def test_a_protocol_stop_is_named_even_without_an_error_event():
     assert "protocol" in reply["evalue"] and owed == [("error", m.error)]
     assert m.sandbox_gone
     assert "protocol" in died_reason(done) and "broke the protocol" in died_reason(done)
+
+
+# --------------------------------------------------------------------------- a notebook's sandbox
+
+
+def test_a_notebook_lease_is_held_once_and_goes_with_its_holder(tmp_path):
+    import os
+
+    from kernel.binding import NotebookLease, all_bindings, holder_of, unbind_elsewhere
+
+    first = NotebookLease(tmp_path, "/nb/a.ipynb", "unix:/s.sock", "")
+    assert first.acquire() is None and first.held
+    second = NotebookLease(tmp_path, "/nb/a.ipynb", "unix:/s.sock", "")
+    assert second.acquire() == os.getpid(), "a second kernel on the notebook is refused, told who holds it"
+    second.write("sbx-1", None)  # only the holder writes
+    assert first.read() is None
+    first.write("sbx-1", "2026-01-01T00:00:00Z")
+    assert first.read().sandbox_id == "sbx-1"
+    # Another tier or another server: another notebook entirely.
+    assert NotebookLease(tmp_path, "/nb/a.ipynb", "unix:/s.sock", "gvisor").acquire() is None
+    assert holder_of(tmp_path, "sbx-1", None) == "/nb/a.ipynb"
+    first.release()
+    assert holder_of(tmp_path, "sbx-1", None) is None
+    assert [b.sandbox_id for b, _, held in all_bindings(tmp_path) if not held] == ["sbx-1"]
+    assert second.acquire() is None, "free once its holder let go (a dead process's flock goes with it)"
+    assert unbind_elsewhere(tmp_path, "sbx-1", None) == ["/nb/a.ipynb"] and second.read() is None
+    assert (tmp_path / "notebooks").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_binding_that_is_not_ours_or_not_an_id_is_ignored(tmp_path):
+    import json
+
+    from kernel.binding import NotebookLease
+
+    lease = NotebookLease(tmp_path, "/nb/a.ipynb", "u", "")
+    assert lease.acquire() is None
+    for bad in ("not json", json.dumps({"notebook": "/nb/a.ipynb", "sandbox_id": "../../etc", "bound_at": 0}),
+                json.dumps({"notebook": "/nb/other.ipynb", "sandbox_id": "sbx-1", "bound_at": 0}),
+                json.dumps(["a"])):
+        lease.path.write_text(bad)
+        assert lease.read() is None, bad
