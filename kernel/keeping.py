@@ -61,9 +61,10 @@ def life_left(info: t.Any) -> str:
 
 
 def reattached_note(info: t.Any, was_paused: bool) -> str:
-    age = _ago(_epoch(info.created_at)).strip() or "of unknown age"
+    age = _ago(_epoch(info.created_at)).strip()
     how = "resumed from disk" if was_paused else "still running"
-    return (f"this notebook's sandbox {info.id} ({how}; its state is {age}; {life_left(info)}): "
+    since = f"its state from {age}" if age else "its state of unknown age"
+    return (f"this notebook's sandbox {info.id} ({how}; {since}; {life_left(info)}): "
             f"your variables are still there; {FRESH_HINT}\n")
 
 

@@ -91,6 +91,7 @@ class Lab:
         self.log = log
         self.started_kernels: set[int] = set()
         self.exit_code: int | None = None  # once stopped
+        self.kept: dict[str, str] = {}  # the sandboxes its notebooks kept when it stopped (then deleted)
 
     @property
     def base(self) -> str:
@@ -219,7 +220,8 @@ def lab_page(server: support.Server, name: str, *, full_page: bool = False,
     """JupyterLab on the session's sandbox server and a Chromium page on it, for one test.
 
     On failure: a screenshot (`name`-failure.png) and JupyterLab's log tail. After: JupyterLab
-    stopped (its exit code in `lab.exit_code`), and no kernel process of it left behind."""
+    stopped (its exit code in `lab.exit_code`), and no kernel process of it left behind; the
+    sandboxes its notebooks kept (`lab.kept`) deleted."""
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -246,8 +248,23 @@ def lab_page(server: support.Server, name: str, *, full_page: bool = False,
     finally:
         lab.exit_code = lab.stop()
         left = lab.reap_kernels()
+        lab.kept = end_kept_sandboxes(server, workdir / "state")
         shutil.rmtree(workdir, ignore_errors=True)
     assert not left, f"kernel processes {left} outlived JupyterLab (exit code {lab.exit_code})"
+
+
+def end_kept_sandboxes(server: support.Server, state_dir: pathlib.Path) -> dict[str, str]:
+    """The sandboxes JupyterLab's notebooks kept when it stopped ({id: state as it stopped}),
+    deleted now: a test leaves nothing running on the session's server."""
+    from kernel.binding import all_bindings
+
+    kept = {}
+    with server.client(timeout=60) as client:
+        for binding, _path, _held in all_bindings(state_dir):
+            r = client.get(f"/v1/sandboxes/{binding.sandbox_id}")
+            kept[binding.sandbox_id] = r.json()["state"] if r.status_code == 200 else f"HTTP {r.status_code}"
+            client.delete(f"/v1/sandboxes/{binding.sandbox_id}")
+    return kept
 
 
 class Notebook:
@@ -331,22 +348,18 @@ def test_jupyterlab_notebook_with_the_sandbox_kernel(sandbox_server: support.Ser
     seen: dict[str, dict] = {}  # every sandbox this JupyterLab's kernels used
     with lab_page(sandbox_server, "notebook") as (page, lab):
         run_the_notebook(page, lab, api, seen, expect)
-        kept = sandboxes_of(api, lab.kernel_pids())
+        last = set(sandboxes_of(api, lab.kernel_pids()))
     print(f"JupyterLab exited with {lab.exit_code}; sandboxes used: {sorted(seen)}", flush=True)
 
     # Shutting JupyterLab down shut its kernel down, which kept the notebook's sandbox for
-    # its next kernel (JupyterLab told the kernel its notebook: JPY_SESSION_NAME); the one
-    # "Restart Kernel" left was deleted. Nothing else this test created is left running.
+    # its next kernel (JupyterLab told the kernel its notebook: JPY_SESSION_NAME); lab_page
+    # deleted it afterwards. The one "Restart Kernel" left was deleted at once.
     assert seen, "no sandbox was ever attributed to this JupyterLab's kernels"
-    assert len(kept) == 1, kept
-    live = {s["id"] for s in api.get("/v1/sandboxes").json()["sandboxes"]}
-    assert live & set(seen) == set(kept), f"left running after JupyterLab stopped: {sorted(live & set(seen))}"
-    for sandbox_id in set(seen) - set(kept):
+    assert lab.kept == {sid: "running" for sid in last}, (lab.kept, last)
+    for sandbox_id in seen:
         r = api.get(f"/v1/sandboxes/{sandbox_id}")
         assert r.status_code == 410, f"{sandbox_id}: {r.status_code} {r.text}"
         assert "was deleted" in r.json()["error"]["message"], f"{sandbox_id}: {r.text}"
-    for sandbox_id in kept:
-        api.delete(f"/v1/sandboxes/{sandbox_id}")
 
 
 def open_from_launcher(page: t.Any, lab: Lab, expect: t.Any, screenshot: str | None = None) -> Notebook:
@@ -457,24 +470,14 @@ def run_the_notebook(page: t.Any, lab: Lab, api: httpx.Client, seen: dict[str, d
     assert "was deleted" in r.json()["error"]["message"], r.text
     nb.shot("05-restarted-nameerror.png")
 
-    # 2f. Shut the kernel down (as closing the notebook with its kernel, or the server's
-    # culling, does), then reopen the notebook: the new kernel takes the notebook's sandbox
-    # back, and the first cell says so; nothing has to be re-run.
+    # 2f. Jupyter Server names the notebook to its kernel (JPY_SESSION_NAME, the notebook's
+    # path): the kernel records the sandbox as the notebook's, to be kept when JupyterLab
+    # stops (the test's end checks it, in lab.kept) and taken back by its next kernel.
+    from kernel.binding import all_bindings
+
     (restarted_id,) = after
-    nb.run(6, "kept = 'still here'")
-    page.keyboard.press("Control+s")
     sessions = httpx.get(f"{lab.base}/api/sessions", params={"token": lab.token}, timeout=10).json()
     (session,) = sessions
-    notebook_path = session["path"]
-    assert wait_for(lambda: "still here" in (lab.root / notebook_path).read_text(), 30, interval=0.5), "not saved"
-    httpx.delete(f"{lab.base}/api/sessions/{session['id']}", params={"token": lab.token}, timeout=60)
-    wait_for(lambda: not lab.kernel_pids(), 30, interval=0.5)
-    assert api.get(f"/v1/sandboxes/{restarted_id}").json()["state"] == "running", "shut down kept the sandbox"
-    page.goto(f"{lab.base}/lab/tree/{notebook_path}?token={lab.token}", wait_until="domcontentloaded")
-    nb = Notebook(page)
-    nb.panel.wait_for(state="visible", timeout=120_000)
-    nb.wait_status("idle", KERNEL_START_MS)
-    out = nb.run(7, "print(kept)")
-    assert "still here" in out and restarted_id in out and "%sandbox new" in out, out
-    assert set(sandboxes_of(api, lab.kernel_pids())) == {restarted_id}
-    nb.shot("06-reopened-kept.png")
+    bound = wait_for(lambda: [(b.notebook, b.sandbox_id) for b, _, held in all_bindings(lab.root.parent / "state")
+                              if held], 30, interval=0.5)
+    assert bound == [(str(lab.root / session["path"]), restarted_id)], bound
