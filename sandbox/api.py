@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import __version__, commands, image_packages, schemas, scopes
+from . import __version__, commands, descriptors, image_packages, schemas, scopes
 from .auth import Auth, caller_of
 from .errors import ApiError
 from .files import Workspace
@@ -604,6 +604,9 @@ async def on_http_error(request: Request, exc: HTTPException):
 
 
 async def on_unexpected(request: Request, exc: Exception):
+    if descriptors.is_exhausted(exc):  # says what ran out, not what the failed open() was for
+        log.error("out of file descriptors on %s %s: %s", request.method, request.url.path, exc)
+        return error_response(descriptors.exhausted_error(exc))
     log.exception("unexpected error on %s %s", request.method, request.url.path)
     return error_response(ApiError(500, "internal", "the server failed on this request; it is logged"))
 

@@ -101,6 +101,21 @@ class ServiceConfig(Configurable):
                              "host a secret is bound to (an internal API's CA).").tag(config=True)
     egress_pip_index = Unicode("", help="The package index a policy with \"pip\": true allows (default: the one "
                                "the server's own pip is configured with, if https; else PyPI).").tag(config=True)
+    egress_max_connections = Int(64, help="Egress proxy connections one sandbox may have open at once; one more "
+                                 "is answered 429 and closed.").tag(config=True)
+    egress_head_timeout_seconds = Float(10.0, help="A proxy connection that has not sent its request head by then "
+                                        "is closed.").tag(config=True)
+    egress_idle_timeout_seconds = Float(120.0, help="A proxy connection that moved no byte either way for this "
+                                        "long is closed.").tag(config=True)
+    descriptor_reserve = Int(0, help="File descriptors the server keeps for itself: the egress proxy refuses new "
+                             "connections (503) rather than take them (0: a quarter of the limit, at least 256). "
+                             "The server raises its soft RLIMIT_NOFILE to the hard one at start.").tag(config=True)
+    egress_insecure_plain_http_secret_hosts = List(Unicode(), help=(
+        "INSECURE: hosts whose secrets the egress proxy also puts into plain http:// requests, where the value "
+        "crosses the network unencrypted. By default a secret is only sent inside TLS.")).tag(config=True)
+    secrets_max_per_user = Int(64, help="Secrets one user (one owner) may register.").tag(config=True)
+    secrets_max_value_bytes = Int(16 * 1024, help="Largest secret value.").tag(config=True)
+    secrets_max_hosts = Int(16, help="Hosts one secret may be bound to.").tag(config=True)
 
     node_id = Unicode("", help="This node's name in a cluster (e.g. the Kubernetes node name): it is put in every "
                       "sandbox id, so that a gateway routes each call to the node that holds the sandbox.").tag(config=True)

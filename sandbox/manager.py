@@ -24,7 +24,7 @@ import logging
 from . import handles
 from .admission import CapacityLedger, Gate
 from .config import ServiceConfig
-from .egress.service import EgressService, own_addresses
+from .egress import service as egress_service
 from .errors import ApiError
 from .handles import Handle
 from .images import ImageStore
@@ -51,8 +51,7 @@ class SandboxManager:
         self.state_dir = StateDir(config.state_dir)
         self.images = ImageStore(self.state_dir)
         self.tenancy = Tenancy()
-        self.egress = EgressService(config.state_dir, hosts=config.egress_hosts, upstream_ca=config.egress_ca_file,
-                                    own_addresses=own_addresses(config), pip_index=config.egress_pip_index)
+        self.egress = egress_service.from_config(config)
         self.usage_store = usage_store.UsageStore(usage_store.path_in(self.state_dir.root))
         self.gate = Gate(config)
         self.registry = Registry(self.egress, self.tenancy, self.usage_store)

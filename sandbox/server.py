@@ -24,7 +24,7 @@ import sys
 
 import uvicorn
 
-from . import doctor, housekeeping, statefile, testonly
+from . import descriptors, doctor, housekeeping, statefile, testonly
 from .api import build_app
 from .auth import with_peer_credentials
 from .config import ServiceConfig
@@ -209,6 +209,7 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     items = _protections(config, out)
     if items is None:
         return 2
+    descriptors.raise_soft_limit()  # before anything opens: the reserve is counted from this limit
     state = StateDir(config.state_dir)
     state.ensure()
     if os.geteuid() == 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -38,10 +39,17 @@ def write_json(path: str, data: dict, mode: int = 0o600, durable: bool = True) -
 
 
 def read_json(path: str) -> dict | None:
+    """The file's object, or None when it is missing, unreadable or not JSON. A process out of
+    descriptors is not "missing": that error goes up, to be reported as what it is (a create
+    once answered "no image named 'default'" when the server had run out of them)."""
     try:
         with open(path) as f:
             data = json.load(f)
-    except (OSError, ValueError):
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            raise
+        return None
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 

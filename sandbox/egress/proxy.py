@@ -42,7 +42,9 @@ from dataclasses import dataclass, field
 import h11
 
 from .ca import CertificateAuthority
+from .connections import ActivityReader, ConnectionRefused, ConnectionTable, Tracked
 from .policy import Address, EgressPolicy, Refused, normalize_host, parse_address
+from .scrub import Scrubber, UncheckableEncoding
 from .secrets import SecretStore, replace_in_headers
 
 log = logging.getLogger("sandbox.egress")
@@ -115,7 +117,8 @@ class Resolver:
 class EgressProxy:
     def __init__(self, secrets: SecretStore, ca: CertificateAuthority, log_path: str, *,
                  resolver: Resolver | None = None, upstream_ssl: ssl.SSLContext | None = None,
-                 own_addresses: set[tuple[str, int]] | None = None) -> None:
+                 own_addresses: set[tuple[str, int]] | None = None, connections: ConnectionTable | None = None,
+                 plain_http_secret_hosts: frozenset[str] = frozenset()) -> None:
         self.secrets = secrets
         self.ca = ca
         self.log_path = log_path
@@ -125,6 +128,9 @@ class EgressProxy:
         self.own_addresses = own_addresses or set()  # the sandbox server's own (address, port)s
         self.sessions: dict[str, EgressSession] = {}
         self.closed = {"requests": 0, "refused": 0, "bytes_in": 0, "bytes_out": 0}  # of sessions closed since start
+        self.connections = connections or ConnectionTable()
+        # Hosts the operator lets secrets reach over plain HTTP (egress_insecure_plain_http_secret_hosts).
+        self.plain_http_secret_hosts = plain_http_secret_hosts
 
     def totals(self) -> dict[str, int]:
         """Requests, refusals and bytes of every session since the server started (metrics)."""
@@ -149,6 +155,8 @@ class EgressProxy:
         return session
 
     def close(self, sandbox_id: str) -> None:
+        """The sandbox ended: its socket and every connection it still has open go."""
+        self.connections.close_sandbox(sandbox_id)
         session = self.sessions.pop(sandbox_id, None)
         if session is None:
             return
@@ -163,21 +171,31 @@ class EgressProxy:
     def close_all(self) -> None:
         for sandbox_id in list(self.sessions):
             self.close(sandbox_id)
+        self.connections.close_all()
 
     # -- one connection from a sandbox -------------------------------------------------------
     async def _serve(self, session: EgressSession, reader, writer) -> None:
         record = {"sandbox": session.sandbox_id}
         conn = h11.Connection(h11.SERVER)
         try:
+            tracked = self.connections.admit(session.sandbox_id, writer)
+        except ConnectionRefused as full:  # answered and closed at once: the descriptor is not kept
+            session.refused += 1
+            await _answer(conn, writer, full.status, full.reason)
+            writer.transport.abort()
+            return
+        reader = ActivityReader(reader, tracked)
+        try:
             request = await _next_event(conn, reader)
+            tracked.head_done = True
             if not isinstance(request, h11.Request):
                 raise _Answer(400, "not an HTTP/1.1 request")
             record["method"] = request.method.decode("ascii", "replace")
             session.take_request()
             if request.method == b"CONNECT":
-                await self._connect(session, conn, request, reader, writer, record)
+                await self._connect(session, tracked, conn, request, reader, writer, record)
             else:
-                await self._plain(session, conn, request, reader, writer, record)
+                await self._plain(session, tracked, conn, request, reader, writer, record)
         except _Answer as answer:
             record.update(decision="refused", status=answer.status, reason=answer.reason)
             session.refused += 1
@@ -194,6 +212,7 @@ class EgressProxy:
             record.setdefault("decision", "error")
             record["error"] = f"{type(exc).__name__}: {exc}"[:300]
         finally:
+            self.connections.release(tracked)
             with contextlib.suppress(Exception):
                 writer.close()
             self._log(record)
@@ -212,7 +231,7 @@ class EgressProxy:
         record["address"] = str(addresses[0])
         return addresses[0]
 
-    async def _connect(self, session, conn, request, reader, writer, record) -> None:
+    async def _connect(self, session, tracked: Tracked, conn, request, reader, writer, record) -> None:
         host, port = _split_authority(request.target.decode("ascii", "replace"))
         address = await self._checked_address(session, host, port, record)
         bound = [n for n in session.placeholders
@@ -222,7 +241,7 @@ class EgressProxy:
                 str(address), port, ssl=self.upstream_ssl, server_hostname=host), CONNECT_TIMEOUT)
         else:
             upstream = await asyncio.wait_for(asyncio.open_connection(str(address), port), CONNECT_TIMEOUT)
-        up_reader, up_writer = upstream
+        up_reader, up_writer = _tracked_upstream(tracked, *upstream)
         try:
             writer.write(conn.send(h11.Response(status_code=200, reason=b"Connection established", headers=[])))
             await writer.drain()
@@ -238,7 +257,7 @@ class EgressProxy:
                         return
                     _check_host_header(inner_request, host, port, default_port=443)
                     await self._relay_request(session, inner, inner_request, reader, writer, up_reader, up_writer,
-                                              host, record)
+                                              host, record, tls=True)
                 except (_Answer, Refused) as refusal:  # answered inside the tunnel, where the client reads
                     status = refusal.status if isinstance(refusal, _Answer) else 429 if isinstance(refusal, BudgetExceeded) else 403
                     record.update(decision="refused", status=status, reason=str(refusal))
@@ -254,37 +273,46 @@ class EgressProxy:
             with contextlib.suppress(Exception):
                 up_writer.close()
 
-    async def _plain(self, session, conn, request, reader, writer, record) -> None:
+    async def _plain(self, session, tracked: Tracked, conn, request, reader, writer, record) -> None:
         target = urllib.parse.urlsplit(request.target.decode("ascii", "replace"))
         if target.scheme != "http" or not target.hostname:
             raise _Answer(400, "only CONNECT and absolute http:// requests go through the egress proxy")
         host, port = normalize_host(target.hostname), target.port or 80
         _check_host_header(request, host, port, default_port=80)
         address = await self._checked_address(session, host, port, record)
-        up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(str(address), port), CONNECT_TIMEOUT)
+        up_reader, up_writer = _tracked_upstream(tracked, *await asyncio.wait_for(
+            asyncio.open_connection(str(address), port), CONNECT_TIMEOUT))
         try:
             origin = target.path or "/"
             if target.query:
                 origin += "?" + target.query
             request = h11.Request(method=request.method, target=origin.encode(), headers=request.headers)
             record.update(decision="allowed")
-            await self._relay_request(session, conn, request, reader, writer, up_reader, up_writer, host, record)
+            await self._relay_request(session, conn, request, reader, writer, up_reader, up_writer, host, record,
+                                      tls=False)
         finally:
             with contextlib.suppress(Exception):
                 up_writer.close()
 
-    async def _relay_request(self, session, conn, request, reader, writer, up_reader, up_writer, host, record) -> None:
-        """One request and its response between the sandbox and the host, placeholders in the
-        request's headers replaced for bound hosts (and only there), nothing else changed."""
+    async def _relay_request(self, session, conn, request, reader, writer, up_reader, up_writer, host, record, *,
+                             tls: bool) -> None:
+        """One request and its response between the sandbox and the host: placeholders in the
+        request's headers replaced for bound hosts, only over TLS (unless the operator named the
+        host for plain HTTP), and the secrets' values scrubbed from what the host answers."""
         if any(k.lower() == b"upgrade" for k, _ in request.headers):
             raise _Answer(403, "protocol upgrades (WebSocket, h2c) are refused by the egress proxy")
         headers = [(k, v) for k, v in request.headers if k.lower() not in HOP_BY_HOP]
         headers, replaced, unbound = replace_in_headers(
             headers, session.placeholders, lambda name: self.secrets.find(name, session.owner), host)
+        if replaced and not tls and host not in self.plain_http_secret_hosts:
+            raise _Answer(403, f"the secret(s) {', '.join(replaced)} are sent to {host} over TLS only: use https://")
         if replaced:
             record["secrets_replaced"] = replaced
         if unbound:
             record["placeholders_unbound"] = unbound
+        scrubber = self._scrubber(session, host)
+        if scrubber:  # a compressed answer could hide a value from the scrubber
+            headers = [(k, v) for k, v in headers if k.lower() != b"accept-encoding"] + [(b"accept-encoding", b"identity")]
         headers.append((b"connection", b"close"))
         client = h11.Connection(h11.CLIENT)
         up_writer.write(client.send(h11.Request(method=request.method, target=request.target, headers=headers)))
@@ -300,28 +328,18 @@ class EgressProxy:
             else:
                 raise _Answer(400, "the request ended early")
         await up_writer.drain()
-        response = await _next_event(client, up_reader)
-        while isinstance(response, h11.InformationalResponse):
-            response = await _next_event(client, up_reader)
-        if not isinstance(response, h11.Response):
-            raise _Answer(502, f"{host} sent no response")
-        record["status"] = response.status_code
-        out = [(k, v) for k, v in response.headers if k.lower() not in HOP_BY_HOP]
-        out.append((b"connection", b"close"))
-        writer.write(conn.send(h11.Response(status_code=response.status_code, reason=response.reason, headers=out)))
-        while True:
-            event = await _next_event(client, up_reader)
-            if isinstance(event, h11.Data):
-                session.take_bytes(len(event.data), "bytes_down")
-                record["bytes_down"] = record.get("bytes_down", 0) + len(event.data)
-                writer.write(conn.send(event))
-                await writer.drain()
-            elif isinstance(event, h11.EndOfMessage):
-                writer.write(conn.send(event))
-                break
-            else:
-                break
-        await writer.drain()
+        await _relay_response(session, client, up_reader, conn, writer, host, record, scrubber,
+                              no_body=request.method == b"HEAD")
+
+    def _scrubber(self, session: EgressSession, host: str) -> Scrubber:
+        """Value -> placeholder for each of the sandbox's secrets bound to ``host`` (empty for
+        other hosts: their answers cannot hold a value the proxy never sent them)."""
+        replacements = {}
+        for name, placeholder in session.placeholders.items():
+            secret = self.secrets.find(name, session.owner)
+            if secret is not None and secret.bound_to(host):
+                replacements[secret.value.encode()] = placeholder.encode()
+        return Scrubber(replacements)
 
     def _log(self, record: dict) -> None:
         record = {"time": round(time.time(), 3), **record}
@@ -391,6 +409,50 @@ async def _answer(conn: h11.Connection, writer, status: int, reason: str) -> Non
             writer.write(conn.send(h11.Data(data=body)))
             writer.write(conn.send(h11.EndOfMessage()))
             await writer.drain()
+
+
+async def _relay_response(session, client, up_reader, conn, writer, host, record, scrubber: Scrubber, *,
+                          no_body: bool) -> None:
+    response = await _next_event(client, up_reader)
+    while isinstance(response, h11.InformationalResponse):
+        response = await _next_event(client, up_reader)
+    if not isinstance(response, h11.Response):
+        raise _Answer(502, f"{host} sent no response")
+    record["status"] = response.status_code
+    out = [(k, v) for k, v in response.headers if k.lower() not in HOP_BY_HOP]
+    if scrubber and (no_body or response.status_code in (204, 304)):
+        out = [(k, scrubber.replace(v)) for k, v in out]
+    elif scrubber:
+        try:
+            out = scrubber.headers(out)
+        except UncheckableEncoding as exc:
+            raise _Answer(502, str(exc)) from None
+    out.append((b"connection", b"close"))
+    writer.write(conn.send(h11.Response(status_code=response.status_code, reason=response.reason, headers=out)))
+    while True:
+        event = await _next_event(client, up_reader)
+        if isinstance(event, h11.Data):
+            data = scrubber.feed(event.data) if scrubber else event.data
+            session.take_bytes(len(data), "bytes_down")
+            record["bytes_down"] = record.get("bytes_down", 0) + len(data)
+            if data:
+                writer.write(conn.send(h11.Data(data=data)))
+            await writer.drain()
+        elif isinstance(event, h11.EndOfMessage):
+            rest = scrubber.flush() if scrubber else b""
+            if rest:
+                writer.write(conn.send(h11.Data(data=rest)))
+            writer.write(conn.send(h11.EndOfMessage()))
+            break
+        else:
+            break
+    await writer.drain()
+
+
+def _tracked_upstream(tracked: Tracked, up_reader, up_writer):
+    """The host's side of a connection, closed with it and counted as its activity."""
+    tracked.transports.append(up_writer.transport)
+    return ActivityReader(up_reader, tracked), up_writer
 
 
 async def _splice(session, reader, writer, up_reader, up_writer, record) -> None:

@@ -5,6 +5,10 @@ it is never written to disk or into a sandbox, and nothing logs it. A sandbox th
 secret gets an environment variable holding a random placeholder, unique to that sandbox;
 the egress proxy swaps the placeholder for the value in the headers of requests to the
 secret's bound hosts, and only there.
+
+Each owner's secrets are capped (``SecretLimits``: how many, how large, how many hosts each),
+so that one user of a shared server cannot fill its memory: past a cap, 422 (too large, too
+many hosts) or 409 (too many secrets) with the cap in the body.
 """
 
 from __future__ import annotations
@@ -19,6 +23,17 @@ from .policy import HostRule, host_pattern
 SECRET_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 PLACEHOLDER_PREFIX = "sbx-placeholder-"
 MAX_SECRET_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class SecretLimits:
+    per_owner: int = 64
+    value_bytes: int = MAX_SECRET_BYTES
+    hosts_per_secret: int = 16
+
+    def describe(self) -> dict:
+        return {"max_secrets": self.per_owner, "max_value_bytes": self.value_bytes,
+                "max_hosts_per_secret": self.hosts_per_secret}
 
 
 @dataclass(frozen=True)
@@ -41,18 +56,30 @@ class Secret:
 class SecretStore:
     """Secrets by (owner, name): on a shared server each user registers and uses their own."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: SecretLimits | None = None) -> None:
         self._secrets: dict[tuple[int | None, str], Secret] = {}
+        self.limits = limits or SecretLimits()
+
+    def _refuse(self, status: int, code: str, message: str) -> ApiError:
+        return ApiError(status, code, message, {"limits": self.limits.describe()})
 
     def put(self, name: str, value, hosts, owner: int | None = None) -> Secret:
+        limits = self.limits
         if not re.fullmatch(SECRET_NAME, name or ""):
             raise ApiError(422, "invalid_request", f"a secret's name must match {SECRET_NAME}")
-        if not isinstance(value, str) or not value or len(value.encode()) > MAX_SECRET_BYTES:
-            raise ApiError(422, "invalid_request", f"'value' must be a non-empty string of at most {MAX_SECRET_BYTES} bytes")
+        if not isinstance(value, str) or not value or len(value.encode()) > limits.value_bytes:
+            raise self._refuse(422, "invalid_request", f"'value' must be a non-empty string of at most "
+                               f"{limits.value_bytes} bytes")
         if any(c in value for c in "\r\n\0"):
             raise ApiError(422, "invalid_request", "'value' must not hold CR, LF or NUL (it goes into a header)")
         if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
             raise ApiError(422, "invalid_request", "'hosts' must be a non-empty list of host names")
+        if len(hosts) > limits.hosts_per_secret:
+            raise self._refuse(422, "invalid_request", f"'hosts': at most {limits.hosts_per_secret} hosts per secret, "
+                               f"got {len(hosts)}")
+        if (owner, name) not in self._secrets and self.count(owner) >= limits.per_owner:
+            raise self._refuse(409, "limit_reached", f"you have {self.count(owner)} secrets registered, the cap per "
+                               "user; delete one (DELETE /v1/secrets/NAME) or replace one by its name")
         patterns = [host_pattern(h) for h in hosts]
         if None in patterns:
             raise ApiError(422, "invalid_request", f"'hosts': {hosts[patterns.index(None)]!r} is not a host name or '*.domain'")
@@ -60,6 +87,9 @@ class SecretStore:
         secret = Secret(name, value, rules)
         self._secrets[(owner, name)] = secret
         return secret
+
+    def count(self, owner: int | None) -> int:
+        return sum(1 for o, _ in self._secrets if o == owner)
 
     def get(self, name: str, owner: int | None = None) -> Secret:
         try:

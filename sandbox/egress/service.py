@@ -14,12 +14,14 @@ import subprocess
 import sys
 import urllib.parse
 
+from ..descriptors import DescriptorBudget
 from ..errors import ApiError
 from ..isolation.bwrap import EGRESS_CA_BUNDLE as CA_BUNDLE, EGRESS_PACKAGES as PACKAGES, EGRESS_SOCKET_DIR as SOCKET_DIR
 from .ca import CertificateAuthority
+from .connections import ConnectionLimits, ConnectionTable
 from .policy import EgressPolicy, parse_policy
 from .proxy import EgressProxy, Resolver
-from .secrets import SecretStore
+from .secrets import SecretLimits, SecretStore
 
 log = logging.getLogger("sandbox.egress")
 
@@ -62,11 +64,28 @@ def own_addresses(config) -> set[tuple[str, int]]:
     return {(host, port)}
 
 
+def from_config(config) -> "EgressService":
+    """The service with the operator's settings (ServiceConfig's egress_*, secrets_*, descriptor_reserve)."""
+    return EgressService(
+        config.state_dir, hosts=config.egress_hosts, upstream_ca=config.egress_ca_file,
+        own_addresses=own_addresses(config), pip_index=config.egress_pip_index,
+        limits=ConnectionLimits(config.egress_max_connections, config.egress_head_timeout_seconds,
+                                config.egress_idle_timeout_seconds),
+        descriptor_reserve=config.descriptor_reserve,
+        secret_limits=SecretLimits(config.secrets_max_per_user, config.secrets_max_value_bytes, config.secrets_max_hosts),
+        plain_http_secret_hosts=frozenset(config.egress_insecure_plain_http_secret_hosts))
+
+
 class EgressService:
     def __init__(self, state_root: str, *, hosts: dict[str, str] | None = None, upstream_ca: str = "",
-                 own_addresses: set[tuple[str, int]] | None = None, pip_index: str = "") -> None:
+                 own_addresses: set[tuple[str, int]] | None = None, pip_index: str = "",
+                 limits: ConnectionLimits | None = None, descriptor_reserve: int = 0,
+                 secret_limits: SecretLimits | None = None, plain_http_secret_hosts: frozenset[str] = frozenset()) -> None:
         self.root = os.path.join(state_root, "egress")
-        self.secrets = SecretStore()
+        self.secrets = SecretStore(secret_limits)
+        self.limits = limits or ConnectionLimits()
+        self.descriptor_reserve = descriptor_reserve
+        self.plain_http_secret_hosts = plain_http_secret_hosts
         self.hosts = dict(hosts or {})
         self.upstream_ca = upstream_ca
         self.own_addresses = own_addresses or set()
@@ -89,7 +108,9 @@ class EgressService:
                 upstream.load_verify_locations(self.upstream_ca)
             self._proxy = EgressProxy(self.secrets, CertificateAuthority(os.path.join(self.root, "ca")),
                                       os.path.join(self.root, "requests.log"), resolver=Resolver(self.hosts),
-                                      upstream_ssl=upstream, own_addresses=self.own_addresses)
+                                      upstream_ssl=upstream, own_addresses=self.own_addresses,
+                                      connections=ConnectionTable(self.limits, DescriptorBudget(self.descriptor_reserve)),
+                                      plain_http_secret_hosts=self.plain_http_secret_hosts)
         return self._proxy
 
     def parse(self, egress, owner: int | None = None) -> EgressPolicy:
@@ -167,7 +188,9 @@ class EgressService:
         session = self._proxy.sessions.get(sandbox_id) if self._proxy is not None else None
         if session is None:
             return None
-        return {"policy": session.policy.describe(), "usage": session.usage(),
+        usage = {**session.usage(), "connections": self._proxy.connections.count(sandbox_id),
+                 "max_connections": self.limits.per_sandbox}
+        return {"policy": session.policy.describe(), "usage": usage,
                 "proxy": f"http://127.0.0.1:{FORWARDER_PORT}", "secrets": sorted(session.placeholders)}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gzip
 import http.server
 import json
 import pathlib
@@ -61,12 +62,39 @@ class ApiHost:
                 body = self.rfile.read(length) if length else b""
                 seen.append({"method": self.command, "path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
                              "body": body.decode("latin-1")})
+                if self.path.startswith("/reflect"):
+                    return self._reflect()
                 out = json.dumps({"ok": True, "path": self.path}).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(out)))
                 self.end_headers()
                 self.wfile.write(out)
+
+            def _reflect(self) -> None:
+                """A host that hands the request's Authorization header back: in a header and in
+                the body, the body plain, gzip, in 3-byte HTTP chunks, or in a coding the proxy
+                cannot read (brotli, by name)."""
+                secret = (self.headers.get("authorization") or "").encode()
+                body = b"you sent: " + secret + b"\n"
+                self.send_response(200)
+                self.send_header("x-you-sent", secret.decode())
+                if self.path == "/reflect/gzip":
+                    body = gzip.compress(body)
+                    self.send_header("content-encoding", "gzip")
+                if self.path == "/reflect/br":
+                    self.send_header("content-encoding", "br")
+                if self.path == "/reflect/chunked":
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for i in range(0, len(body), 3):
+                        piece = body[i:i + 3]
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             do_GET = do_POST = _answer
 
