@@ -547,10 +547,11 @@ ENDPOINTS = (
         ok_schema={"type": "object", "properties": {"secrets": {"type": "array", "items": SECRET_VIEW}}})),
     Endpoint("PUT", "/v1/secrets/{name}", put_secret, op(
         "Register or replace a secret bound to hosts; sandboxes that name it in egress.secrets see a "
-        "placeholder, which the egress proxy replaces in request headers to those hosts only",
+        "placeholder, which the egress proxy replaces in request headers to those hosts only, over TLS only "
+        "(capped per user: 409/422 limit_exceeded)",
         params=[SECRET_NAME], body={"required": True, "content": {"application/json": {
             "schema": schemas.object_schema(schemas.SECRET)}}},
-        errors=(400, 401, 413, 422), ok_schema=SECRET_VIEW)),
+        errors=(400, 401, 409, 413, 422), ok_schema=SECRET_VIEW)),
     Endpoint("DELETE", "/v1/secrets/{name}", delete_secret, op(
         "Forget a secret (sandboxes holding its placeholder no longer get the value)",
         params=[SECRET_NAME], errors=(401, 404))),

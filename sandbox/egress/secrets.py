@@ -8,7 +8,7 @@ secret's bound hosts, and only there.
 
 Each owner's secrets are capped (``SecretLimits``: how many, how large, how many hosts each),
 so that one user of a shared server cannot fill its memory: past a cap, 422 (too large, too
-many hosts) or 409 (too many secrets) with the cap in the body.
+many hosts) or 409 (too many secrets), code ``limit_exceeded``, with the caps in the body.
 """
 
 from __future__ import annotations
@@ -67,18 +67,20 @@ class SecretStore:
         limits = self.limits
         if not re.fullmatch(SECRET_NAME, name or ""):
             raise ApiError(422, "invalid_request", f"a secret's name must match {SECRET_NAME}")
-        if not isinstance(value, str) or not value or len(value.encode()) > limits.value_bytes:
-            raise self._refuse(422, "invalid_request", f"'value' must be a non-empty string of at most "
+        if not isinstance(value, str) or not value:
+            raise ApiError(422, "invalid_request", "'value' must be a non-empty string")
+        if len(value.encode()) > limits.value_bytes:
+            raise self._refuse(422, "limit_exceeded", f"'value' is {len(value.encode())} bytes; at most "
                                f"{limits.value_bytes} bytes")
         if any(c in value for c in "\r\n\0"):
             raise ApiError(422, "invalid_request", "'value' must not hold CR, LF or NUL (it goes into a header)")
         if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
             raise ApiError(422, "invalid_request", "'hosts' must be a non-empty list of host names")
         if len(hosts) > limits.hosts_per_secret:
-            raise self._refuse(422, "invalid_request", f"'hosts': at most {limits.hosts_per_secret} hosts per secret, "
+            raise self._refuse(422, "limit_exceeded", f"'hosts': at most {limits.hosts_per_secret} hosts per secret, "
                                f"got {len(hosts)}")
         if (owner, name) not in self._secrets and self.count(owner) >= limits.per_owner:
-            raise self._refuse(409, "limit_reached", f"you have {self.count(owner)} secrets registered, the cap per "
+            raise self._refuse(409, "limit_exceeded", f"you have {self.count(owner)} secrets registered, the cap per "
                                "user; delete one (DELETE /v1/secrets/NAME) or replace one by its name")
         patterns = [host_pattern(h) for h in hosts]
         if None in patterns:

@@ -53,3 +53,21 @@ def test_pip_adds_the_index_hosts_on_443():
         parse_policy({"allow": ["pypi.org"]}).check_address("pypi.org", ipaddress.ip_address("203.0.113.80"), 443)
     with pytest.raises(Refused):
         parse_policy({"pip": False}, pip_hosts=("pypi.org",)).check_name("pypi.org", 443)
+
+
+def test_secrets_are_capped_per_owner_with_the_caps_in_the_error():
+    from sandbox.egress.secrets import SecretLimits, SecretStore
+
+    store = SecretStore(SecretLimits(per_owner=3, value_bytes=100, hosts_per_secret=2))
+    for i in range(3):
+        store.put(f"S{i}", "v", ["a.example"], owner=1001)
+    store.put("S0", "replaced", ["a.example"], owner=1001)  # replacing one is not one more
+    store.put("S0", "x", ["a.example"], owner=1002)  # another owner has a cap of their own
+    refusals = []
+    for args in (("S3", "v", ["a.example"]), ("S0", "v" * 101, ["a.example"]), ("S0", "v", ["a.x", "b.x", "c.x"])):
+        with pytest.raises(ApiError) as caught:
+            store.put(*args, owner=1001)
+        refusals.append((caught.value.status, caught.value.code, caught.value.body()["error"]["limits"]))
+    caps = {"max_secrets": 3, "max_value_bytes": 100, "max_hosts_per_secret": 2}
+    assert refusals == [(409, "limit_exceeded", caps), (422, "limit_exceeded", caps), (422, "limit_exceeded", caps)]
+    assert store.count(1001) == 3 and store.find("S0", 1001).value == "replaced"

@@ -18,6 +18,7 @@ towards an allowed host succeed, so a broken probe cannot pass as "blocked".
 from __future__ import annotations
 
 import json
+import pathlib
 import textwrap
 
 import pytest
@@ -180,3 +181,68 @@ def test_the_hosts_loopback_is_not_the_sandboxs(sandbox, api_host, server):
     assert f"REFUSED {api_host.http_port} 111" in out and f"REFUSED {server.port} 111" in out
     answer = send(sandbox, f"GET http://127.0.0.1:{server.port}/v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n\r\n".encode())
     assert answer.startswith("HTTP/1.1 403")
+
+
+HOLD = textwrap.dedent('''
+    import os, select, socket, time
+    def hold(procs, each):
+        """Forked processes that each open `each` connections to the proxy's socket and keep
+        them; prints how many the server kept open (silent) and how many it answered/closed."""
+        r, w = os.pipe()
+        for _ in range(procs):
+            if os.fork() == 0:
+                held, answered = [], 0
+                for _ in range(each):
+                    s = socket.socket(socket.AF_UNIX)
+                    s.settimeout(5)
+                    try:
+                        s.connect("/run/sandbox-egress/proxy.sock")
+                        held.append(s)
+                    except OSError:
+                        answered += 1
+                time.sleep(3)
+                poller = select.poll()
+                for s in held:
+                    poller.register(s, select.POLLIN)
+                ready = len(poller.poll(0))
+                os.write(w, f"{len(held) - ready} {ready + answered}\\n".encode())
+                time.sleep(3600)
+                os._exit(0)
+        lines = b""
+        while lines.count(b"\\n") < procs:
+            lines += os.read(r, 4096)
+        counts = [tuple(map(int, line.split())) for line in lines.decode().split("\\n") if line]
+        print("SILENT", sum(c[0] for c in counts), "ANSWERED", sum(c[1] for c in counts))
+''')
+
+
+def open_descriptors(server) -> int:
+    return len(list((pathlib.Path("/proc") / str(server.proc.pid) / "fd").iterdir()))
+
+
+@pytest.mark.slow
+def test_thousands_of_idle_connections_leave_the_others_served(sandbox, server, api_host, isolation):
+    """The issue's attack: a cell forks processes that hold thousands of idle connections to its
+    proxy socket. The server keeps 64 (the cap; the rest are answered 429 and closed), another
+    user of the server creates, lists and executes meanwhile, and deleting the hostile sandbox
+    gives its descriptors back. (The cap's and the reserve's controls, which remove them, are in
+    tests/egress/test_proxy_limits.py.)"""
+    client, _ = sandbox
+    before = open_descriptors(server)
+    hostile = support.create(client, isolation=isolation, egress={"allow": ["api.test"]})
+    try:
+        out = support.stream_text(support.ok(support.execute(client, hostile["id"], HOLD + "hold(6, 800)")))
+        silent, answered = (int(x) for x in out.split()[1::2])
+        assert (silent, silent + answered) == (64, 4800), out
+        held = open_descriptors(server)
+        assert held - before < 64 + 40, (before, held)  # its 64, the sandbox's own channels
+        other = support.create(client, isolation=isolation)
+        try:
+            assert client.put(f"/v1/sandboxes/{other['id']}/files/a.txt", content=b"x").status_code == 201
+            assert "a.txt" in client.get(f"/v1/sandboxes/{other['id']}/files").text
+            assert "42" in support.stream_text(support.ok(support.execute(client, other["id"], "print(6 * 7)")))
+        finally:
+            client.delete(f"/v1/sandboxes/{other['id']}")
+    finally:
+        assert client.delete(f"/v1/sandboxes/{hostile['id']}").status_code in (200, 204)
+    assert support.wait_for(lambda: open_descriptors(server) <= before + 5, 30), (before, open_descriptors(server))
