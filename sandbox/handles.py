@@ -13,7 +13,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
-from . import statefile
+from . import paths, statefile
 from .runtime import vocabulary as V
 from .usage import meter
 
@@ -62,17 +62,7 @@ class Handle:
             self.idle.pop()[1].close()
 
 
-def pid_is_supervisor(pid: int | None, sandbox_dir: str) -> bool:
-    """Whether ``pid`` is still this sandbox's supervisor (a pid from a state file may have
-    been reused by any process since)."""
-    if not pid:
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().split(b"\0")
-    except OSError:
-        return False
-    return b"sandbox.supervisor" in cmd and sandbox_dir.encode() in cmd
+pid_is_supervisor = paths.is_supervisor_of
 
 
 def describe(handle: Handle, egress: dict | None) -> dict:

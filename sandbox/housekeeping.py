@@ -25,7 +25,7 @@ import subprocess
 import time
 
 from . import statefile
-from .paths import StateDir
+from .paths import StateDir, is_supervisor_of
 
 
 def _cmdline(pid: int) -> list[bytes]:
@@ -84,10 +84,8 @@ def live_sandboxes(state: StateDir) -> dict[str, int]:
     for sandbox_id in names:
         d = state.sandbox(sandbox_id)
         pid = (statefile.read_json(os.path.join(d, "state.json")) or {}).get("supervisor_pid")
-        if isinstance(pid, int) and _alive(pid):
-            cmd = _cmdline(pid)
-            if b"sandbox.supervisor" in cmd and d.encode() in cmd:
-                found[sandbox_id] = pid
+        if isinstance(pid, int) and _alive(pid) and is_supervisor_of(pid, d):
+            found[sandbox_id] = pid
     return found
 
 

@@ -27,7 +27,7 @@ from .handles import Handle
 from .ids import new_sandbox_id
 from .images import ImageStore
 from .isolation import bwrap, disk, gvisor, host
-from .paths import StateDir
+from .paths import SUPERVISOR_DIR_ENV, StateDir, open_private_log
 from .registry import Registry
 from .runtime import vocabulary as V
 
@@ -155,11 +155,12 @@ class Launcher:
         it reported once ready (``ok``, ``state``) or why it could not start."""
         d, sandbox_id = handle.dir, handle.id
         read_fd, write_fd = os.pipe()
-        log_file = open(os.path.join(d, "supervisor.log"), "ab")
+        log_file = open_private_log(os.path.join(d, "supervisor.log"))
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}
+        env[SUPERVISOR_DIR_ENV] = d  # not in argv: other users read every command line in ps, and d names the id
         try:
             handle.process = subprocess.Popen(
-                [sys.executable, "-m", "sandbox.supervisor", d, "--ready-fd", str(write_fd), *extra],
+                [sys.executable, "-m", "sandbox.supervisor", "--ready-fd", str(write_fd), *extra],
                 pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                 start_new_session=True, env=env, cwd="/",
             )

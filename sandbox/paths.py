@@ -91,3 +91,35 @@ def world_reachable(path: str) -> str | None:
         except FileNotFoundError:
             return None
     return None
+
+
+# The sandbox directory reaches its supervisor in the environment, not on its command line:
+# any local user reads every process's argv (ps), only the same uid reads its environment.
+SUPERVISOR_DIR_ENV = "SANDBOX_SUPERVISOR_DIR"
+
+
+def is_supervisor_of(pid: int | None, sandbox_dir: str) -> bool:
+    """Whether ``pid`` is this sandbox's supervisor (a pid from a state file may have been
+    reused by any process since): its command line names the supervisor, its environment
+    (which only the server's user reads) the sandbox directory; one started by an older
+    server named the directory on its command line."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().split(b"\0")
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"sandbox.supervisor" in cmd and (sandbox_dir.encode() in cmd
+                                             or f"{SUPERVISOR_DIR_ENV}={sandbox_dir}".encode() in env)
+
+
+def open_private_log(path: str):
+    """A log for appending, readable by the server's user only (0600, also when an older
+    server left it 0644): a supervisor's and a runtime's logs name sandboxes and hold their
+    diagnostics."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")

@@ -259,7 +259,7 @@ def processes_of(path: pathlib.Path, sandbox_ids: t.Iterable[str] = ()) -> dict[
             continue
         pid = int(entry)
         cmd = cmdline(pid)
-        hit = any(needle in part for part in cmd)
+        hit = any(needle in part for part in cmd) or needle in supervisor_dir_of(pid)
         if not hit and groups:
             try:
                 with open(f"/proc/{pid}/cgroup") as f:
@@ -272,9 +272,21 @@ def processes_of(path: pathlib.Path, sandbox_ids: t.Iterable[str] = ()) -> dict[
     return found
 
 
+def supervisor_dir_of(pid: int) -> str:
+    """The sandbox directory a supervisor was given (in its environment), or ''."""
+    try:
+        env = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    prefix = b"SANDBOX_SUPERVISOR_DIR="
+    return next((e[len(prefix):].decode() for e in env if e.startswith(prefix)), "")
+
+
 def is_supervisor(pid: int | None, sandbox_dir: pathlib.Path) -> bool:
+    """The supervisor of ``sandbox_dir`` (named in its environment: never its argv, which
+    other users read)."""
     cmd = cmdline(pid) if pid else []
-    return pid_alive(pid) and "sandbox.supervisor" in cmd and str(sandbox_dir) in cmd
+    return pid_alive(pid) and "sandbox.supervisor" in cmd and supervisor_dir_of(pid) == str(sandbox_dir)
 
 
 def cgroup_dirs(*sandbox_ids: str) -> list[pathlib.Path]:

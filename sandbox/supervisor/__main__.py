@@ -11,6 +11,7 @@ import signal
 import sys
 import traceback
 
+from ..paths import SUPERVISOR_DIR_ENV
 from ..runtime import vocabulary as V
 from .lifecycle import Supervisor
 
@@ -44,7 +45,8 @@ async def amain(sandbox_dir: str, ready_fd: int | None, restore: bool = False) -
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sandbox.supervisor")
-    parser.add_argument("sandbox_dir")
+    parser.add_argument("sandbox_dir", nargs="?", default=os.environ.get(SUPERVISOR_DIR_ENV),
+                        help=f"default: ${SUPERVISOR_DIR_ENV} (how the server passes it: argv is world-readable)")
     parser.add_argument("--ready-fd", type=int)
     parser.add_argument("--restore", action="store_true", help="restore the paused sandbox from its checkpoint")
     args = parser.parse_args(argv)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from .. import testonly
 from ..backends import SOCKET, STDIO, Launch, backend_for
 from ..isolation.host import HostResources
+from ..paths import open_private_log
 from ..runtime import framecheck
 from ..runtime import vocabulary as V
 from ..runtime.protocol import ProtocolError, read_payload
@@ -111,7 +112,7 @@ async def keep_log(stream: asyncio.StreamReader, path: str) -> None:
     """bwrap's and the runtime's own diagnostics, kept up to a cap: the sandbox writes
     them, so they must not become a way around its disk limit."""
     written = 0
-    with open(path, "ab") as log:
+    with open_private_log(path) as log:
         while True:
             chunk = await stream.read(65536)
             if not chunk:

@@ -312,3 +312,60 @@ def test_one_user_cannot_take_the_capacity_of_others(users, client_script, sandb
         assert [a["status"] for a in grab(server, alice, 4)] == [201] * 4
         bobs = grab(server, bob, 1)[0]
         assert bobs["status"] == 409 and "0 free" in bobs["body"]["error"]["message"], bobs
+
+
+PEEK = '''
+import json, os, sys
+needle, paths = json.load(sys.stdin)  # not on our own argv: the paths name the id too
+argv_hits = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if needle.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+            argv_hits.append(pid)
+    except OSError:
+        pass
+readable = []
+for path in paths:
+    try:
+        open(path, "rb").read(1)
+        readable.append(path)
+    except OSError:
+        pass
+print(json.dumps({"argv": argv_hits, "readable": readable}))
+'''
+
+
+def peek_as(user: str, needle: str, paths: list[pathlib.Path]) -> dict:
+    r = subprocess.run(["runuser", "-u", user, "--", SYSTEM_PYTHON, "-c", PEEK],
+                       input=json.dumps([needle, [str(p) for p in paths]]), capture_output=True, text=True, timeout=60,
+                       cwd="/")
+    assert r.returncode == 0, r
+    return json.loads(r.stdout)
+
+
+def test_another_user_sees_no_sandbox_id_in_ps_and_reads_no_log(users, client_script, shared_server):
+    """Bob looks for alice's sandbox id on every command line (what `ps` shows) and tries her
+    sandbox's supervisor and runtime logs. Controls: a process with the id on its argv, and a
+    0644 file next to the logs, which the same probe does find and read."""
+    alice, bob = users
+    created = as_user(alice, client_script, shared_server.state_dir / "server.sock", "POST", "/v1/sandboxes",
+                      {"ttl_seconds": 600})
+    sid = created["body"]["id"]
+    directory = shared_server.state_dir / "sandboxes" / sid
+    logs = [directory / "supervisor.log", directory / "runtime.log"]
+    control_file = directory / "probe-control.txt"
+    control_file.write_text("readable")
+    control_file.chmod(0o644)
+    control = subprocess.Popen([SYSTEM_PYTHON, "-c", "import time; time.sleep(60)", sid])  # the id on argv, as before
+    try:
+        assert all(p.exists() for p in logs), logs
+        assert oct(directory.stat().st_mode & 0o777) in ("0o711", "0o700")
+        seen = peek_as(bob, sid, [*logs, control_file])
+        assert seen["argv"] == [str(control.pid)], seen  # only the control's
+        assert seen["readable"] == [str(control_file)], seen
+        assert all(p.stat().st_mode & 0o777 == 0o600 for p in logs)
+    finally:
+        control.kill()
+        control.wait()
+        control_file.unlink()
+        as_user(alice, client_script, shared_server.state_dir / "server.sock", "DELETE", f"/v1/sandboxes/{sid}")
