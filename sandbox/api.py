@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import __version__, commands, descriptors, image_packages, schemas, scopes
+from . import __version__, commands, descriptors, image_packages, nodeproof, schemas, scopes
 from .auth import Auth, caller_of
 from .errors import ApiError
 from .files import Workspace
@@ -165,6 +165,19 @@ async def info(request: Request):
                          "node_id": manager.config.node_id or None, "draining": manager.draining,
                          "multi_user": request.app.state.multi_user, "caller": caller.label,
                          **manager.capacity_report()})
+
+
+async def node_proof(request: Request):
+    """Open (no token): a gateway asks it before it sends the token here (sandbox/nodeproof.py)."""
+    node_id, challenge = manager_of(request).config.node_id, request.query_params.get("challenge", "")
+    server = request.scope.get("server")
+    if not node_id or not server or server[1] is None:
+        raise ApiError(404, "not_found", "this server has no node id (serve --node-id) or is not reached over TCP")
+    if not nodeproof.CHALLENGE.fullmatch(challenge):
+        raise ApiError(422, "invalid_request", "'challenge' must be 32 to 128 lowercase hex digits")
+    address = nodeproof.address_text(*server)
+    return JSONResponse({"node_id": node_id, "address": address,
+                         "proof": nodeproof.proof(request.app.state.node_token, challenge, node_id, address)})
 
 
 async def drain(request: Request):
@@ -467,6 +480,9 @@ ENDPOINTS = (
     Endpoint("GET", "/v1/health", health, op("Liveness (no token needed)", errors=())),
     Endpoint("GET", "/v1/info", info, op("Version, protections in force, warm pool, node id, draining, limits and "
                                          "free capacity", errors=(401,), ok_schema=INFO)),
+    Endpoint("GET", "/v1/node/proof", node_proof, op(
+        "This node's id, the address it was reached at and an HMAC of ?challenge= with the node token (no token "
+        "needed: a gateway checks it before it sends the token)", errors=(404, 422))),
     Endpoint("POST", "/v1/node/drain", drain, op("Drain this node (no new sandboxes; existing ones run out), or undo it",
                                                  body=json_body(schemas.DRAIN), errors=(400, 401, 413, 422))),
     Endpoint("GET", "/v1/openapi.json", openapi, None),
@@ -590,6 +606,7 @@ def build_app(manager: SandboxManager, token: str, multi_user: bool = False, scr
     app.state.metrics = ServerMetrics(manager)
     app.state.multi_user = multi_user
     app.state.file_work = FileWork(manager.config.file_work_threads, manager.config.file_work_per_sandbox)
+    app.state.node_token = token
     return app
 
 

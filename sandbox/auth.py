@@ -94,9 +94,9 @@ def check_bearer(given: bytes, expected: bytes) -> None:
 
 
 class Auth:
-    """ASGI middleware: decide who the caller is, or answer 401/403 (health is open)."""
+    """ASGI middleware: decide who the caller is, or answer 401/403 (health and the node proof are open)."""
 
-    OPEN_PATHS = {"/v1/health"}
+    OPEN_PATHS = {"/v1/health", "/v1/node/proof"}
 
     METRICS_PATH = "/metrics"
 

@@ -241,10 +241,11 @@ def _message(content: bytes) -> str:
 
 @lru_cache(maxsize=1)
 def gateway_openapi() -> dict:
-    """The node server's document, with the node's own drain route swapped for the
+    """The node server's document, with the node's own routes (drain, proof) swapped for the
     gateway's node routes."""
     doc = copy.deepcopy(openapi_document())
     doc["paths"].pop("/v1/node/drain", None)
+    doc["paths"].pop("/v1/node/proof", None)  # a node's own: the gateway asks it, never serves it
     node_id = {"name": "node_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 40}}
     doc["paths"]["/v1/nodes"] = {"get": op("The nodes behind this gateway: address, state, capacity, pool", errors=(401,))}
     doc["paths"]["/v1/nodes/{node_id}/drain"] = {"post": op(

@@ -19,6 +19,7 @@ import httpx
 from ..errors import ApiError
 from ..ids import node_of
 from ..runtime import vocabulary as V
+from . import identity
 from .config import GatewayConfig
 from .pool import NodeUpstream
 
@@ -46,6 +47,8 @@ class Node:
     # The relayed calls in flight on this node (sandbox/gateway/exchange.py): what the
     # watchdog ends when the node stops answering.
     calls: set = field(default_factory=set)
+    # Adds the node token to the gateway's own calls once the address proved it is the node.
+    bearer: identity.ProvenBearer | None = None
 
     @property
     def draining(self) -> bool:
@@ -61,6 +64,8 @@ class Node:
             self.down_since = time.monotonic()
         self.up, self.error = False, error
         self.down_event.set()
+        if self.bearer is not None:  # back up, it proves itself again: the address may be another's by now
+            self.bearer.proven = False
 
     def summary(self) -> dict:
         now = time.monotonic()
@@ -85,12 +90,15 @@ class NodeTable:
         self.started = time.monotonic()
         self.refreshed = asyncio.Event()      # set once a first round has finished
         self.limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+        self.claims = identity.Claims()
 
     # ----------------------------------------------------------------- refresh
-    def _client(self, address: str) -> httpx.AsyncClient:
+    def _node(self, address: str) -> Node:
+        """The token goes only with calls to an address that proved it is the node."""
+        bearer = identity.ProvenBearer(self.config.node_token)
         timeout = httpx.Timeout(120.0, connect=self.config.node_timeout_seconds)
-        return httpx.AsyncClient(base_url=address, timeout=timeout, limits=self.limits,
-                                 headers={"Authorization": f"Bearer {self.config.node_token}"})
+        client = httpx.AsyncClient(base_url=address, timeout=timeout, limits=self.limits, auth=bearer)
+        return Node(address, client, self._upstream(address), bearer=bearer)
 
     def _upstream(self, address: str) -> NodeUpstream:
         return NodeUpstream(address, self.config.node_token, self.config.node_timeout_seconds,
@@ -106,7 +114,7 @@ class NodeTable:
         for address in addresses:
             node = self.nodes.get(address)
             if node is None:
-                self.nodes[address] = Node(address, self._client(address), self._upstream(address))
+                self.nodes[address] = self._node(address)
                 log.info("discovered node address %s", address)
             else:
                 node.departed_at = None
@@ -124,6 +132,8 @@ class NodeTable:
         self.refreshed.set()
 
     async def _ask(self, node: Node) -> None:
+        if not node.bearer.proven and not await self._prove(node):
+            return
         try:
             r = await node.client.get("/v1/info", timeout=self.config.node_timeout_seconds)
         except httpx.HTTPError as exc:
@@ -143,9 +153,30 @@ class NodeTable:
             return
         if not info.get("node_id"):
             log.warning("node at %s has no node id (serve --node-id): not used", node.address)
+        if info.get("node_id") != self.claims.holder_of(node.address):
+            node.mark_down(f"its /v1/info names node {info.get('node_id')!r}, not the one it proved")
+            return
         if not node.up:
             log.info("node %s (%s) is up", info.get("node_id"), node.address)
         node.mark_up(info)
+
+    async def _prove(self, node: Node) -> bool:
+        """The address proves it is a node and holds its id alone; else it is down, with why."""
+        node_id, why = await identity.prove(node.client, node.address, self.config.node_token,
+                                            self.config.node_timeout_seconds)
+        why = why or self.claims.claim(node_id, node.address, self._answers)
+        if why:
+            if node.error != why:
+                log.warning("node address %s: %s", node.address, why)
+            node.mark_down(why)
+            return False
+        node.bearer.proven = True
+        return True
+
+    def _answers(self, address: str) -> bool:
+        """Whether the holder of an id is still there: proven since it was last down."""
+        node = self.nodes.get(address)
+        return node is not None and node.bearer.proven and node.departed_at is None
 
     def _index(self) -> None:
         by_id: dict[str, Node] = {}
@@ -153,7 +184,7 @@ class NodeTable:
         # that came back with another IP) routes there.
         order = sorted(self.nodes.values(), key=lambda n: (n.departed_at is None, n.up))
         for node in order:
-            if node.node_id:
+            if node.node_id and self.claims.holder.get(node.node_id) == node.address:
                 by_id[node.node_id] = node
         self.by_id = by_id
 

@@ -119,3 +119,28 @@ def test_the_relay_pool_lends_the_newest_idle_connection_and_never_a_stale_one()
                 theirs.close()
 
     asyncio.run(scenario())
+
+
+def test_a_node_proof_holds_only_for_the_token_and_the_address():
+    from sandbox import nodeproof
+
+    challenge, token = "ab" * 16, "node-token"
+    answer = {"node_id": "n1", "address": "10.0.0.5:8765", "proof": nodeproof.proof(token, challenge, "n1", "10.0.0.5:8765")}
+    assert nodeproof.verify(token, challenge, answer, {"10.0.0.5:8765"}) is None
+    assert "does not match" in nodeproof.verify("another-token", challenge, answer, {"10.0.0.5:8765"})
+    assert "does not match" in nodeproof.verify(token, "cd" * 16, answer, {"10.0.0.5:8765"})  # an old challenge
+    assert "reached at 10.0.0.5:8765" in nodeproof.verify(token, challenge, answer, {"10.0.0.9:8765"})  # a relay
+    assert "does not match" in nodeproof.verify(token, challenge, {**answer, "node_id": "n2"}, {"10.0.0.5:8765"})
+    assert nodeproof.address_text("::1", 80) == "[::1]:80"
+
+
+def test_a_node_id_is_held_by_one_address_at_a_time():
+    from sandbox.gateway.identity import Claims
+
+    claims, there = Claims(), {"a": True, "b": True}
+    assert claims.claim("n1", "a", there.get) == ""
+    assert "duplicate node id" in claims.claim("n1", "b", there.get)
+    assert claims.holder_of("a") == "n1" and claims.holder_of("b") is None
+    there["a"] = False  # the holder is down: a node back at a new address takes its id
+    assert claims.claim("n1", "b", there.get) == "" and claims.holder_of("b") == "n1"
+    assert claims.claim("n2", "b", there.get) == "" and claims.holder["n2"] == "b" and "n1" not in claims.holder

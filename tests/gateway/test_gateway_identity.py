@@ -1,0 +1,116 @@
+"""Red team on the gateway's node identity: a second address on loopback answers as the node
+``loop1`` (the issue's takeover). Three impostors: one that only claims the id, one that
+relays the proof challenge to the real node, and one that holds the node token itself. None
+receives the token or a call (the relayed proof names the real node's address; the token
+holder's claim is a duplicate, refused and reported), and every call goes to the real node.
+Control: the same recording server with an id of its own and the token does prove itself and
+does receive the token, so the probe sees a token when one is sent."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import urllib.parse
+
+import httpx
+import pytest
+
+import support
+from sandbox import nodeproof
+
+from .conftest import GatewayProcess
+
+
+class Impostor:
+    """An HTTP server on loopback that answers as a node and records what it is sent."""
+
+    def __init__(self, mode: str, node: support.Server, node_id: str = "loop1") -> None:
+        self.mode, self.node, self.node_id = mode, node, node_id
+        self.seen: list[tuple[str, str]] = []  # (path, Authorization header)
+        impostor = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                impostor.seen.append((self.path, self.headers.get("authorization") or ""))
+                status, body = impostor.answer(self.path)
+                out = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_POST = do_DELETE = do_GET
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, path: str) -> tuple[int, dict]:
+        parts = urllib.parse.urlsplit(path)
+        if parts.path == "/v1/node/proof":
+            challenge = urllib.parse.parse_qs(parts.query)["challenge"][0]
+            if self.mode == "relay":  # the real node's own answer, passed on
+                return 200, httpx.get(f"{self.node.url}{path}", timeout=10).json()
+            address = nodeproof.address_text("127.0.0.1", self.server.server_address[1])
+            token = self.node.token if self.mode == "token" else "a-guess"
+            return 200, {"node_id": self.node_id, "address": address,
+                         "proof": nodeproof.proof(token, challenge, self.node_id, address)}
+        if parts.path == "/v1/info":
+            return 200, {"node_id": self.node_id, "draining": False, "version": "0",
+                         "capacity": {"sandboxes": {"free": 100}}, "pool": {}}
+        return 200, {"id": "sbx-loop1-taken", "state": "running"}
+
+    def tokens_seen(self) -> list[str]:
+        return [auth for _, auth in self.seen if self.node.token in auth]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def summaries(gw: GatewayProcess) -> dict[str, dict]:
+    with gw.client() as c:
+        return {n["address"]: n for n in c.get("/v1/nodes").json()["nodes"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["claim", "relay", "token", "control-own-id"])
+def test_an_impostor_never_gets_the_token_nor_a_call(node, mode, tmp_path):
+    impostor = Impostor("token" if mode == "control-own-id" else mode, node,
+                        node_id="loop9" if mode == "control-own-id" else "loop1")
+    gw = GatewayProcess(node.token, tmp_path / "gateway.log", "--node", node.url, "--node", impostor.url,
+                        "--refresh-seconds", "0.3").start()
+    try:
+        seen = support.wait_for(lambda: (lambda s: s if len(s) == 2 and s[node.url]["state"] == "up"
+                                         and (s[impostor.url]["error"] or s[impostor.url]["state"] == "up") else None)(
+            summaries(gw)), 30)
+        if mode == "control-own-id":  # a node of its own: it proves itself and gets the token
+            assert seen[impostor.url]["state"] == "up" and impostor.tokens_seen(), seen
+            return
+        refused = seen[impostor.url]
+        assert refused["state"] == "down" and refused["node_id"] is None, refused
+        expected = {"claim": "does not match the node token", "relay": "it proved to be reached at",
+                    "token": "duplicate node id"}[mode]
+        assert expected in refused["error"], refused
+        with gw.client() as c:
+            created = c.post("/v1/sandboxes", json={})
+            assert created.status_code == 201, created.text
+            sid = created.json()["id"]
+            try:
+                support.ok(support.execute(c, sid, "x = 41"))
+                assert "42" in support.stream_text(support.ok(support.execute(c, sid, "print(x + 1)")))
+                assert c.delete(f"/v1/sandboxes/{sid}").status_code == 200
+            finally:
+                with node.client() as direct:
+                    direct.delete(f"/v1/sandboxes/{sid}")
+        assert impostor.tokens_seen() == []
+        assert {path.partition("?")[0] for path, _ in impostor.seen} <= {"/v1/node/proof"}, impostor.seen
+        assert "refused" in (tmp_path / "gateway.log").read_text() or mode != "token"
+    finally:
+        gw.stop()
+        impostor.close()
