@@ -85,11 +85,12 @@ def rarely_refreshing_gateway(node: support.Server) -> t.Iterator[GatewayProcess
 
 @pytest.fixture
 def new_gateway(node: support.Server) -> t.Iterator[t.Callable[..., GatewayProcess]]:
-    """new_gateway(name) -> a started gateway in front of `node`, stopped afterwards."""
+    """new_gateway(name, *args) -> a started gateway in front of `node` (and what ``args`` add:
+    another --node, --refresh-seconds...), stopped afterwards."""
     made: list[GatewayProcess] = []
 
-    def start(name: str) -> GatewayProcess:
-        made.append(GatewayProcess(node.token, node.state_dir / f"gateway-{name}.log", "--node", node.url))
+    def start(name: str, *args: str) -> GatewayProcess:
+        made.append(GatewayProcess(node.token, node.state_dir / f"gateway-{name}.log", "--node", node.url, *args))
         return made[-1].start()
 
     yield start
