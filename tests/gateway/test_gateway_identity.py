@@ -95,7 +95,7 @@ def test_an_impostor_never_gets_the_token_nor_a_call(node, mode, new_gateway):
         expected = {"claim": "does not match the node token", "relay": "it proved to be reached at",
                     "token": "duplicate node id"}[mode]
         assert expected in refused["error"], refused
-        with gw.client() as c:
+        with gw.client(timeout=httpx.Timeout(300, connect=5)) as c:  # a create on a loaded host
             created = c.post("/v1/sandboxes", json={})
             assert created.status_code == 201, created.text
             sid = created.json()["id"]
