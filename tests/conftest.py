@@ -67,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """After every fixture (and every worker) is done: fail the run if it left anything
     behind, list it, and end and remove it all the same."""
+    support.remove_kernelspec()  # installed once per process by whichever suite needed it first
     if not session.config.stash.get(RUN_OWNER, False):
         return
     left = testrun.leftovers()
