@@ -14,7 +14,7 @@ import typing as t
 import pytest
 from support import run_cell, wait_for
 
-from sandbox.client import Sandbox
+from sandbox.client import Sandbox, SandboxGone, SandboxNotFound
 
 from test_kernel import live_ids, sandbox_id, wait_gone
 
@@ -22,9 +22,12 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def notebook(start_kernel, tmp_path):
+def notebook(start_kernel, tmp_path, kernel_env):
     """start(name="a.ipynb", **env) -> (km, kc): a kernel for that notebook, as Jupyter
-    Server starts it (JPY_SESSION_NAME), with a state directory of the test's own."""
+    Server starts it (JPY_SESSION_NAME), with a state directory of the test's own. After the
+    test, the sandboxes its notebooks kept are deleted: nothing stays on the shared server."""
+    from kernel.binding import all_bindings
+
     state = tmp_path / "state"
 
     def start(name: str = "a.ipynb", **env: str) -> tuple[t.Any, t.Any]:
@@ -32,7 +35,14 @@ def notebook(start_kernel, tmp_path):
                             **env)
 
     start.state = state  # type: ignore[attr-defined]
-    return start
+    yield start
+    for binding, _path, _held in all_bindings(state):
+        try:
+            sbx = connect(kernel_env, binding.sandbox_id)
+        except (SandboxGone, SandboxNotFound):
+            continue
+        sbx.delete()
+        sbx.close()
 
 
 def shut_down(km: t.Any, kc: t.Any) -> None:
