@@ -80,10 +80,11 @@ class _AsyncTransport:
             return response.content
 
     async def post_events(
-        self, path: str, body: dict[str, t.Any], record: Execution | CommandResult, route: EventRoute
-    ) -> bool:
+        self, path: str, body: dict[str, t.Any], record: Execution | CommandResult, route: EventRoute, what: str
+    ) -> None:
         """POST `body` and read the NDJSON event stream it answers: each event is folded
-        into `record` and handed to the callbacks `route` picks. True if `done` came.
+        into `record` and handed to the callbacks `route` picks. A stream that ends before
+        its `done` raises ServerUnavailable, naming `what` ran ("the cell").
 
         A cell or command may print nothing for hours, so no read timeout: its own timeout
         is the server's business.
@@ -105,7 +106,7 @@ class _AsyncTransport:
             except httpx.TransportError as exc:
                 if not saw_done:
                     raise transport_error(exc, self.config) from exc
-        return saw_done
+        check_stream_done(saw_done, self.config, what)
 
     def stream(self, method: str, path: str, **kwargs: t.Any) -> t.AsyncContextManager[httpx.Response]:
         return _AsyncStream(self, method, path, kwargs)
@@ -205,7 +206,7 @@ class AsyncFiles:
 
     async def list(self) -> FileList:
         """Every file under /workspace, recursively (up to the server's cap: `.truncated`)."""
-        body = await self._sandbox._transport.request("GET", f"/v1/sandboxes/{self._sandbox.id}/files")
+        body = await self._sandbox._transport.request("GET", self._sandbox._url("files"))
         return FileList.from_body(body)
 
     async def delete(self, path: str) -> None:
@@ -242,26 +243,26 @@ class AsyncCommands:
         the command.
         """
         result = CommandResult()
-        saw_done = await self._sandbox._transport.post_events(
-            f"/v1/sandboxes/{self._sandbox.id}/commands",
+        await self._sandbox._transport.post_events(
+            self._sandbox._url("commands"),
             command_body(cmd, cwd, env, stdin, timeout),
             result,
             lambda event: command_callbacks(event, on_stdout, on_stderr, on_start),
+            "the command",
         )
-        check_stream_done(saw_done, self._sandbox.config, "the command's stream", "the command")
         return result
 
     async def interrupt(self, command_id: str) -> bool:
         """SIGINT to a running command's process group (SIGKILL 2 s later if it is still
         running); False if no such command is running."""
         body = await self._sandbox._transport.request(
-            "POST", f"/v1/sandboxes/{self._sandbox.id}/commands/{quote(command_id, safe='')}/interrupt"
+            "POST", self._sandbox._url(f"commands/{quote(command_id, safe='')}/interrupt")
         )
         return bool((body or {}).get("interrupted"))
 
     async def list(self) -> list[dict[str, t.Any]]:
         """The commands running now: command_id, argv or shell, cwd, timeout_seconds, started_at."""
-        body = await self._sandbox._transport.request("GET", f"/v1/sandboxes/{self._sandbox.id}/commands")
+        body = await self._sandbox._transport.request("GET", self._sandbox._url("commands"))
         return list((body or {}).get("commands", []))
 
 
@@ -329,25 +330,10 @@ class AsyncSandbox:
         tout = as_timeout(timeout)
         sbx = cls("", timeout=tout, config=config)
         try:
-            body = await sbx._transport.request(
-                "POST",
-                "/v1/sandboxes",
-                json=drop_none(
-                    image=image,
-                    ttl_seconds=ttl_seconds,
-                    max_lifetime_seconds=max_lifetime_seconds,
-                    memory_mb=memory_mb,
-                    cpus=cpus,
-                    pids=pids,
-                    disk_mb=disk_mb,
-                    metadata=metadata,
-                    end_with_caller=end_with_caller,
-                    egress=egress,
-                    isolation=isolation,
-                    on_idle=on_idle,
-                ),
-                timeout=create_timeout(tout),
-            )
+            request = drop_none(image=image, ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds,
+                                memory_mb=memory_mb, cpus=cpus, pids=pids, disk_mb=disk_mb, metadata=metadata,
+                                end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle)
+            body = await sbx._transport.request("POST", "/v1/sandboxes", json=request, timeout=create_timeout(tout))
         except BaseException:
             await sbx.close()
             raise
@@ -389,6 +375,15 @@ class AsyncSandbox:
 
     # -- state
 
+    def _url(self, op: str = "") -> str:
+        """The sandbox's route, or the route of one of its operations (`execute`, `pause`, ...)."""
+        return f"/v1/sandboxes/{self.id}/{op}" if op else f"/v1/sandboxes/{self.id}"
+
+    async def _call_for_info(self, method: str, op: str = "", **kwargs: t.Any) -> SandboxInfo:
+        """Call a route that answers with the sandbox, and keep that answer as `info`."""
+        self._info = SandboxInfo.from_dict(await self._transport.request(method, self._url(op), **kwargs))
+        return self._info
+
     @property
     def info(self) -> SandboxInfo:
         """The sandbox as last seen: `create` and `connect` fill it, `run_code` and `renew`
@@ -400,8 +395,7 @@ class AsyncSandbox:
 
     async def refresh(self) -> SandboxInfo:
         """Ask the server for the sandbox as it is now."""
-        self._info = SandboxInfo.from_dict(await self._transport.request("GET", f"/v1/sandboxes/{self.id}"))
-        return self._info
+        return await self._call_for_info("GET")
 
     async def image(self) -> dict[str, t.Any]:
         """The image this sandbox runs, with ``package_list``: every package, its version,
@@ -446,26 +440,24 @@ class AsyncSandbox:
         id (ipywidgets' Output widget captures output by it).
         """
         execution = Execution()
-        saw_done = await self._transport.post_events(
-            f"/v1/sandboxes/{self.id}/execute",
+        await self._transport.post_events(
+            self._url("execute"),
             drop_none(code=code, timeout_seconds=timeout_seconds, silent=silent, store_history=store_history,
                       allow_stdin=allow_stdin or None, user_expressions=user_expressions or None, msg_id=msg_id),
             execution,
             lambda event: execute_callbacks(event, on_stdout, on_stderr, on_display, on_result, on_error, on_event),
+            "the cell",
         )
-        check_stream_done(saw_done, self.config, "the execute stream", "the cell")
         self._info = info_after(self._info, execution)
         return execution
 
     async def pause(self) -> SandboxInfo:
         """Checkpoint a gvisor sandbox to disk and free its memory; the next call restores it."""
-        self._info = SandboxInfo.from_dict(await self._transport.request("POST", f"/v1/sandboxes/{self.id}/pause"))
-        return self._info
+        return await self._call_for_info("POST", "pause")
 
     async def resume(self) -> SandboxInfo:
         """Restore a paused sandbox now (any other call would restore it too)."""
-        self._info = SandboxInfo.from_dict(await self._transport.request("POST", f"/v1/sandboxes/{self.id}/resume"))
-        return self._info
+        return await self._call_for_info("POST", "resume")
 
     async def fork(
         self,
@@ -478,12 +470,9 @@ class AsyncSandbox:
         workspace (gvisor only: its checkpoint restored twice). This sandbox is paused for
         the checkpoint and restored as it was; the fork has its limits and, unless given
         here, its TTL and lifetime. Close or delete the fork on its own."""
-        body = await self._transport.request(
-            "POST",
-            f"/v1/sandboxes/{self.id}/fork",
-            json=drop_none(ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds, metadata=metadata),
-            timeout=create_timeout(self._transport.timeout),
-        )
+        request = drop_none(ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds, metadata=metadata)
+        body = await self._transport.request("POST", self._url("fork"), json=request,
+                                             timeout=create_timeout(self._transport.timeout))
         info = SandboxInfo.from_dict(body)
         return type(self)(info.id, timeout=self._transport.timeout, info=info, config=self.config)
 
@@ -504,24 +493,24 @@ class AsyncSandbox:
         sandbox; it queues behind running cells, and the output and comm messages of its
         handlers arrive as events, as a cell's do. `buffers` are base64."""
         execution = Execution()
-        saw_done = await self._transport.post_events(
-            f"/v1/sandboxes/{self.id}/comm",
+        await self._transport.post_events(
+            self._url("comm"),
             drop_none(msg_type=msg_type, comm_id=comm_id, data=data, metadata=metadata, buffers=buffers,
                       target_name=target_name, msg_id=msg_id, timeout_seconds=timeout_seconds),
             execution,
             lambda event: execute_callbacks(event, None, None, None, None, None, on_event),
+            "the comm message",
         )
-        check_stream_done(saw_done, self.config, "the comm stream", "the comm message")
         return execution
 
     async def answer_input(self, value: str) -> bool:
         """Answer the running cell's input(); False if no cell is waiting for input."""
-        body = await self._transport.request("POST", f"/v1/sandboxes/{self.id}/input", json={"value": value})
+        body = await self._transport.request("POST", self._url("input"), json={"value": value})
         return bool((body or {}).get("delivered"))
 
     async def interrupt(self) -> bool:
         """Send KeyboardInterrupt to the running cell; False if nothing was running."""
-        body = await self._transport.request("POST", f"/v1/sandboxes/{self.id}/interrupt")
+        body = await self._transport.request("POST", self._url("interrupt"))
         return bool((body or {}).get("interrupted"))
 
     async def renew(self, ttl_seconds: int | None = None, *, extend_seconds: int | None = None) -> SandboxInfo:
@@ -530,17 +519,14 @@ class AsyncSandbox:
         `ttl_seconds` changes the sliding TTL itself (every later execute renews to it);
         `extend_seconds` pushes expiry that far ahead once, leaving the TTL as it is.
         """
-        body = drop_none(ttl_seconds=ttl_seconds, extend_seconds=extend_seconds)
-        self._info = SandboxInfo.from_dict(
-            await self._transport.request("POST", f"/v1/sandboxes/{self.id}/renew", json=body)
-        )
-        return self._info
+        return await self._call_for_info("POST", "renew",
+                                         json=drop_none(ttl_seconds=ttl_seconds, extend_seconds=extend_seconds))
 
     async def delete(self) -> None:
         """Kill the sandbox and everything in it. Deleting one already gone is not an error:
         the caller's goal, that it no longer run, holds."""
         try:
-            await self._transport.request("DELETE", f"/v1/sandboxes/{self.id}")
+            await self._transport.request("DELETE", self._url())
         except (SandboxGone, SandboxNotFound):
             pass
         if self._info is not None:
@@ -551,22 +537,17 @@ class AsyncSandbox:
     async def complete(self, code: str, cursor_pos: int | None = None) -> dict[str, t.Any]:
         """Completions as in a Jupyter `complete_reply` (matches, cursor_start, cursor_end)."""
         pos = len(code) if cursor_pos is None else cursor_pos
-        return await self._transport.request(
-            "POST", f"/v1/sandboxes/{self.id}/complete", json={"code": code, "cursor_pos": pos}
-        )
+        return await self._transport.request("POST", self._url("complete"), json={"code": code, "cursor_pos": pos})
 
     async def inspect(self, code: str, cursor_pos: int | None = None, detail_level: int = 0) -> dict[str, t.Any]:
         """Help for the name at the cursor, as in a Jupyter `inspect_reply` (found, data)."""
         pos = len(code) if cursor_pos is None else cursor_pos
-        return await self._transport.request(
-            "POST",
-            f"/v1/sandboxes/{self.id}/inspect",
-            json={"code": code, "cursor_pos": pos, "detail_level": detail_level},
-        )
+        return await self._transport.request("POST", self._url("inspect"),
+                                             json={"code": code, "cursor_pos": pos, "detail_level": detail_level})
 
     async def is_complete(self, code: str) -> dict[str, t.Any]:
         """Whether `code` is a complete statement: status complete, incomplete or invalid."""
-        return await self._transport.request("POST", f"/v1/sandboxes/{self.id}/is_complete", json={"code": code})
+        return await self._transport.request("POST", self._url("is_complete"), json={"code": code})
 
     # -- lifetime of this object
 

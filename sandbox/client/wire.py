@@ -217,13 +217,13 @@ def upload_data(data: t.Any) -> t.Any:
     return data
 
 
-def check_stream_done(saw_done: bool, config: ServerConfig, stream: str, what: str) -> None:
+def check_stream_done(saw_done: bool, config: ServerConfig, what: str) -> None:
     """A stream that ended without `done`: the server went away mid-run, and `what` may
     have partly run (so it is not retried)."""
     if not saw_done:
         raise ServerUnavailable(
             "stream_ended",
-            f"the sandbox server at {config.url} ended {stream} before {what} finished "
+            f"the sandbox server at {config.url} ended the stream of {what} before it finished "
             f"(server restarted or connection lost); {what} may have partly run",
         )
 
