@@ -293,21 +293,7 @@ class ImageStore:
             _run(args + ["-r", req], progress)
         progress(step_line(3, "compiling bytecode"))
         _run([venv_python, "-m", "compileall", "-q", "-j0", _site_packages(venv)], progress, check=False)
-        progress(step_line(4, "checking the image (font cache, preload imports)"))
-        mplcache = os.path.join(target, "mplcache")
-        os.makedirs(mplcache)
-        probe = subprocess.run([venv_python, "-c", "import matplotlib"], capture_output=True)
-        if probe.returncode == 0:
-            progress("building the matplotlib font cache")
-            env = dict(os.environ, MPLCONFIGDIR=mplcache, MPLBACKEND="Agg")
-            _run([venv_python, "-c", "import matplotlib.pyplot as plt; plt.figure(); plt.plot([1]); plt.savefig('/dev/null', format='png')"],
-                 progress, env=env)
-        if recipe["preload"]:
-            progress(f"checking preload imports: {', '.join(recipe['preload'])}")
-            check = subprocess.run([venv_python, "-c", "import " + ", ".join(recipe["preload"])],
-                                   capture_output=True, text=True, env=dict(os.environ, MPLBACKEND="Agg", MPLCONFIGDIR=mplcache))
-            if check.returncode != 0:
-                raise ImageError(f"a preload import of image {name!r} fails: {check.stderr.strip().splitlines()[-1:]}")
+        mplcache = _check_image(venv_python, target, recipe, progress)
         packages = _freeze(venv_python)
         sites = {_site_packages(venv): name}
         sites.update({_site_packages(_tree_of(base, layer)): os.path.basename(layer) for layer in (base or {}).get("layers", [])})
@@ -357,6 +343,28 @@ class ImageStore:
             target = self.path(name)
             os.unlink(os.path.join(target, "image.json"))  # unselectable first, then gone
             _discard(target)
+
+
+def _check_image(venv_python: str, target: str, recipe: dict, progress: Progress) -> str:
+    """A built image's step 4: matplotlib's font cache built once (not by every sandbox),
+    and its preload imports tried; the font cache's directory."""
+    name = recipe["name"]
+    progress(step_line(4, "checking the image (font cache, preload imports)"))
+    mplcache = os.path.join(target, "mplcache")
+    os.makedirs(mplcache)
+    probe = subprocess.run([venv_python, "-c", "import matplotlib"], capture_output=True)
+    if probe.returncode == 0:
+        progress("building the matplotlib font cache")
+        env = dict(os.environ, MPLCONFIGDIR=mplcache, MPLBACKEND="Agg")
+        _run([venv_python, "-c", "import matplotlib.pyplot as plt; plt.figure(); plt.plot([1]); plt.savefig('/dev/null', format='png')"],
+             progress, env=env)
+    if recipe["preload"]:
+        progress(f"checking preload imports: {', '.join(recipe['preload'])}")
+        check = subprocess.run([venv_python, "-c", "import " + ", ".join(recipe["preload"])],
+                               capture_output=True, text=True, env=dict(os.environ, MPLBACKEND="Agg", MPLCONFIGDIR=mplcache))
+        if check.returncode != 0:
+            raise ImageError(f"a preload import of image {name!r} fails: {check.stderr.strip().splitlines()[-1:]}")
+    return mplcache
 
 
 def _announce(recipe: dict, base: dict | None, progress: Progress) -> int:
