@@ -329,14 +329,11 @@ class AsyncSandbox:
         config = config or resolve(url, token, state_dir)
         tout = as_timeout(timeout)
         sbx = cls("", timeout=tout, config=config)
-        try:
-            request = drop_none(image=image, ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds,
-                                memory_mb=memory_mb, cpus=cpus, pids=pids, disk_mb=disk_mb, metadata=metadata,
-                                end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle)
-            body = await sbx._transport.request("POST", "/v1/sandboxes", json=request, timeout=create_timeout(tout))
-        except BaseException:
-            await sbx.close()
-            raise
+        request = drop_none(image=image, ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds,
+                            memory_mb=memory_mb, cpus=cpus, pids=pids, disk_mb=disk_mb, metadata=metadata,
+                            end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle)
+        body = await _closing_on_failure(sbx, lambda: sbx._transport.request(
+            "POST", "/v1/sandboxes", json=request, timeout=create_timeout(tout)))
         sbx._info = SandboxInfo.from_dict(body)
         sbx.id = sbx._info.id
         return sbx
@@ -354,11 +351,7 @@ class AsyncSandbox:
     ) -> AsyncSandbox:
         """Attach to an existing sandbox; raises SandboxNotFound or SandboxGone if it is not alive."""
         sbx = cls(id, url=url, token=token, timeout=timeout, config=config, state_dir=state_dir)
-        try:
-            await sbx.refresh()
-        except BaseException:
-            await sbx.close()
-            raise
+        await _closing_on_failure(sbx, sbx.refresh)
         return sbx
 
     @classmethod
@@ -574,6 +567,16 @@ class AsyncSandbox:
 
 
 # -- module level
+
+
+async def _closing_on_failure(sbx: AsyncSandbox, call: t.Callable[[], t.Any]) -> t.Any:
+    """What ``call()`` answers; if it fails, the new sandbox object's connections are
+    closed first (nobody holds the object to close them)."""
+    try:
+        return await call()
+    except BaseException:
+        await sbx.close()
+        raise
 
 
 async def list_sandboxes(

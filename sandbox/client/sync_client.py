@@ -331,14 +331,11 @@ class Sandbox:
         config = config or resolve(url, token, state_dir)
         tout = as_timeout(timeout)
         sbx = cls("", timeout=tout, config=config)
-        try:
-            request = drop_none(image=image, ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds,
-                                memory_mb=memory_mb, cpus=cpus, pids=pids, disk_mb=disk_mb, metadata=metadata,
-                                end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle)
-            body = sbx._transport.request("POST", "/v1/sandboxes", json=request, timeout=create_timeout(tout))
-        except BaseException:
-            sbx.close()
-            raise
+        request = drop_none(image=image, ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds,
+                            memory_mb=memory_mb, cpus=cpus, pids=pids, disk_mb=disk_mb, metadata=metadata,
+                            end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle)
+        body = _closing_on_failure(sbx, lambda: sbx._transport.request(
+            "POST", "/v1/sandboxes", json=request, timeout=create_timeout(tout)))
         sbx._info = SandboxInfo.from_dict(body)
         sbx.id = sbx._info.id
         return sbx
@@ -356,11 +353,7 @@ class Sandbox:
     ) -> Sandbox:
         """Attach to an existing sandbox; raises SandboxNotFound or SandboxGone if it is not alive."""
         sbx = cls(id, url=url, token=token, timeout=timeout, config=config, state_dir=state_dir)
-        try:
-            sbx.refresh()
-        except BaseException:
-            sbx.close()
-            raise
+        _closing_on_failure(sbx, sbx.refresh)
         return sbx
 
     @classmethod
@@ -576,6 +569,16 @@ class Sandbox:
 
 
 # -- module level
+
+
+def _closing_on_failure(sbx: Sandbox, call: t.Callable[[], t.Any]) -> t.Any:
+    """What ``call()`` answers; if it fails, the new sandbox object's connections are
+    closed first (nobody holds the object to close them)."""
+    try:
+        return call()
+    except BaseException:
+        sbx.close()
+        raise
 
 
 def list_sandboxes(
