@@ -105,20 +105,32 @@ class Lab:
         return self.process.log_tail(n)
 
     def kernel_pids(self) -> set[int]:
-        """The kernel processes this JupyterLab started (its direct children running
-        `-m kernel`): the kernel records its pid in its sandbox's metadata."""
-        pids: set[int] = set()
+        """The kernel processes this JupyterLab started (its descendants running `-m kernel`:
+        `sandbox-kernel lab` runs JupyterLab as its child, which starts the kernels): the
+        kernel records its pid in its sandbox's metadata."""
+        parents: dict[int, int] = {}
+        kernels: set[int] = set()
         for entry in pathlib.Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             try:
                 stat = (entry / "stat").read_text()
-                ppid = int(stat.rsplit(")", 1)[1].split()[1])
-                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+                if b"kernel" in (entry / "cmdline").read_bytes().split(b"\0"):
+                    kernels.add(int(entry.name))
             except (OSError, IndexError, ValueError):
                 continue
-            if ppid == self.proc.pid and b"kernel" in cmdline:
-                pids.add(int(entry.name))
+
+        def descends(pid: int) -> bool:
+            for _ in range(8):  # lab -> JupyterLab -> kernel: a short chain
+                pid = parents.get(pid, 0)
+                if pid == self.proc.pid:
+                    return True
+                if pid <= 1:
+                    return False
+            return False
+
+        pids = {pid for pid in kernels if descends(pid)}
         self.started_kernels |= pids
         return pids
 
