@@ -156,9 +156,11 @@ def test_the_api_is_the_nodes_api(cluster: Cluster, sixty: dict):
         r = g.get("/v1/sandboxes/sbx-nowhere-0123456789abcdef")
         assert r.status_code == 410, r.text
         assert "the node nowhere is gone" in r.json()["error"]["message"]
-        # The same OpenAPI, plus the gateway's node routes.
+        # The same OpenAPI, plus the gateway's node routes, less the node's own (its drain,
+        # and the identity proof the gateway asks of it).
         doc, node_doc = g.get("/v1/openapi.json").json(), n.get("/v1/openapi.json").json()
-        assert set(doc["paths"]) == (set(node_doc["paths"]) - {"/v1/node/drain"}) | {"/v1/nodes", "/v1/nodes/{node_id}/drain"}
+        node_own = {"/v1/node/drain", "/v1/node/proof"}
+        assert set(doc["paths"]) == (set(node_doc["paths"]) - node_own) | {"/v1/nodes", "/v1/nodes/{node_id}/drain"}
         assert doc["paths"]["/v1/sandboxes/{sandbox_id}/execute"] == node_doc["paths"]["/v1/sandboxes/{sandbox_id}/execute"]
         nodes = {x["node_id"]: x for x in g.get("/v1/nodes").json()["nodes"]}
         assert set(nodes) == {"node1", "node2", "node3"} and all(x["state"] == "up" for x in nodes.values())
