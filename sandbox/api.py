@@ -171,8 +171,10 @@ async def node_proof(request: Request):
     """Open (no token): a gateway asks it before it sends the token here (sandbox/nodeproof.py)."""
     node_id, challenge = manager_of(request).config.node_id, request.query_params.get("challenge", "")
     server = request.scope.get("server")
-    if not node_id or not server or server[1] is None:
-        raise ApiError(404, "not_found", "this server has no node id (serve --node-id) or is not reached over TCP")
+    if not node_id:
+        raise ApiError(404, "no_node_id", "this server has no node id (serve --node-id)")
+    if not server or server[1] is None:
+        raise ApiError(404, "not_found", "this server is not reached over TCP")
     if not nodeproof.CHALLENGE.fullmatch(challenge):
         raise ApiError(422, "invalid_request", "'challenge' must be 32 to 128 lowercase hex digits")
     address = nodeproof.address_text(*server)

@@ -26,7 +26,7 @@ from ..api import EXCEPTION_HANDLERS, TokenAuth, openapi_document, read_body
 from ..usage.metrics import CONTENT_TYPE as METRICS_TYPE
 from ..errors import ApiError
 from ..openapi import error_responses, json_body, op
-from . import placement
+from . import identity, placement
 from .config import GatewayConfig
 from .metrics import GatewayMetrics
 from .nodes import NODE_UNAVAILABLE, Node, NodeTable
@@ -107,8 +107,8 @@ async def create(request: Request):
     for node in table.known():
         if node.node_id and not node.up and node.departed_at is None:
             refused[node.node_id] = node.error or "down"
-        elif node.up and not node.node_id:  # the misconfiguration a gateway sees most
-            refused[node.address] = "answers, but has no node id: start it with `sandbox-kernel serve --node-id NAME`"
+        elif not node.node_id and (node.up or node.error == identity.NO_NODE_ID):  # the misconfiguration seen most
+            refused[node.address] = identity.NO_NODE_ID
     for node in candidates:
         try:
             upstream = await proxy.send(node, "POST", "/v1/sandboxes", content=raw,

@@ -47,14 +47,22 @@ async def addresses_of(url: str) -> set[str]:
     return {nodeproof.address_text(host, port)} | {nodeproof.address_text(i[4][0], port) for i in infos}
 
 
+# Why a node that answers cannot be used, when it says it has no node id: the misconfiguration
+# a gateway sees most, named as such in /v1/nodes and in a create's 503.
+NO_NODE_ID = "answers, but has no node id: start it with `sandbox-kernel serve --node-id NAME`"
+
+
 async def prove(client: httpx.AsyncClient, url: str, token: str, timeout: float) -> tuple[str | None, str]:
     """(the node id it proved, "") or (None, why not). Sends no token."""
     challenge = secrets.token_hex(32)
     try:
         r = await client.get("/v1/node/proof", params={"challenge": challenge}, timeout=timeout)
-        answer = r.json() if r.status_code == 200 else None
+        answer = r.json()
     except (httpx.HTTPError, ValueError) as exc:
         return None, f"not answering its proof ({type(exc).__name__})"
+    if r.status_code == 404 and isinstance(answer, dict) and (answer.get("error") or {}).get("code") == "no_node_id":
+        return None, NO_NODE_ID
+    answer = answer if r.status_code == 200 else None
     if not isinstance(answer, dict):
         return None, f"did not prove it is a node (/v1/node/proof answered HTTP {r.status_code})"
     why = nodeproof.verify(token, challenge, answer, await addresses_of(url))

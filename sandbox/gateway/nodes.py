@@ -69,7 +69,8 @@ class Node:
 
     def summary(self) -> dict:
         now = time.monotonic()
-        state = ("up" if self.up else "down") if self.node_id or not self.up else "no_node_id"
+        lacks_id = (self.up and not self.node_id) or self.error == identity.NO_NODE_ID
+        state = "no_node_id" if lacks_id else ("up" if self.up else "down")
         if self.up and self.draining:
             state = V.NODE_DRAINING
         return {
