@@ -27,6 +27,9 @@ class Impostor:
     def __init__(self, mode: str, node: support.Server, node_id: str = "loop1") -> None:
         self.mode, self.node, self.node_id = mode, node, node_id
         self.seen: list[tuple[str, str]] = []  # (path, Authorization header)
+        # It answers 503 until opened: the test opens it once the real node holds its id, so
+        # that the impostor is the late claimant whatever the order the gateway asks them in.
+        self.opened = threading.Event()
         impostor = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -50,6 +53,8 @@ class Impostor:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def answer(self, path: str) -> tuple[int, dict]:
+        if not self.opened.is_set():
+            return 503, {"error": {"code": "unavailable", "message": "not yet"}}
         parts = urllib.parse.urlsplit(path)
         if parts.path == "/v1/node/proof":
             challenge = urllib.parse.parse_qs(parts.query)["challenge"][0]
@@ -72,6 +77,11 @@ class Impostor:
         self.server.server_close()
 
 
+def answered(summary: dict) -> bool:
+    """Refused for what the impostor answered once opened, not for its 503 before."""
+    return bool(summary["error"]) and "HTTP 503" not in summary["error"]
+
+
 def summaries(gw) -> dict[str, dict]:
     with gw.client() as c:
         return {n["address"]: n for n in c.get("/v1/nodes").json()["nodes"]}
@@ -84,8 +94,10 @@ def test_an_impostor_never_gets_the_token_nor_a_call(node, mode, new_gateway):
                         node_id="loop9" if mode == "control-own-id" else "loop1")
     gw = new_gateway(f"impostor-{mode}", "--node", impostor.url, "--refresh-seconds", "0.3")
     try:
+        assert support.wait_for(lambda: summaries(gw).get(node.url, {}).get("state") == "up", 60), summaries(gw)
+        impostor.opened.set()
         seen = support.wait_for(lambda: (lambda s: s if len(s) == 2 and s[node.url]["state"] == "up"
-                                         and (s[impostor.url]["error"] or s[impostor.url]["state"] == "up") else None)(
+                                         and (answered(s[impostor.url]) or s[impostor.url]["state"] == "up") else None)(
             summaries(gw)), 30)
         if mode == "control-own-id":  # a node of its own: it proves itself and gets the token
             assert seen[impostor.url]["state"] == "up" and impostor.tokens_seen(), seen
