@@ -37,7 +37,7 @@ from bench import harness  # noqa: E402
 from bench.harness import (MiB, BenchServer, RssSampler, create, done_of, free_port,  # noqa: E402
                            markdown_table, process_cpu_seconds, ratio, result_rows, run_section, summary)
 from bench.service_bench import _chunks, blob_file  # noqa: E402
-from sandbox.server_process import ServerProcess, source_env  # noqa: E402
+from sandbox.service.server_process import ServerProcess, source_env  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 FULL = {"latency_reps": 300, "warmup": 30, "sandboxes": 10, "cells": 60, "rounds": 4, "files_reps": 3}

@@ -26,7 +26,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `sandbox.*` when a benchmark runs as a script
     sys.path.insert(0, str(REPO))
 
-from sandbox.server_process import (  # noqa: E402
+from sandbox.service.server_process import (  # noqa: E402
     ServerProcess,
     ServerStartError,
     log_tail,

@@ -3,7 +3,7 @@
 Cells may be written by a model, and `%pull` writes bytes the sandbox chose: so the magics
 get no more of the host than one folder, the *airlock root* (the kernel's working
 directory, which is the notebook's folder, unless an operator sets `airlock_root`).
-The rules, the same as the server's for /workspace (sandbox/files.py):
+The rules, the same as the server's for /workspace (sandbox/core/files.py):
 
 - a local path is relative to the root: no absolute path, no `~`, no `..` component;
 - the path is walked one component at a time with `O_NOFOLLOW`, each relative to the
@@ -28,7 +28,7 @@ import secrets
 import stat
 import typing as t
 
-from sandbox import nofollow
+from sandbox.common import nofollow
 
 from .failure import CellFailure
 
@@ -62,7 +62,7 @@ def _shown(parts: t.Sequence[str]) -> str:
 
 def open_dir(root: pathlib.Path, parts: t.Sequence[str], what: str, create: bool = False) -> int:
     """An fd for the directory `root/parts…`, reached without following any link below
-    `root` (sandbox/nofollow.py)."""
+    `root` (sandbox/common/nofollow.py)."""
     try:
         return nofollow.open_dir(root, parts, make=_make_dir if create else None, follow_root=True)
     except nofollow.ComponentRefused as exc:

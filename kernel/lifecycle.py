@@ -63,7 +63,7 @@ class SandboxLifecycle(SandboxClaim, CellRunner, ControlThread):
         self.sandbox_tier = ""  # the isolation backend of the current sandbox (gvisor can pause)
 
     def config(self) -> ServerConfig:
-        """Where the server is (sandbox/endpoint.py's rule: the configured URL, else the
+        """Where the server is (sandbox/service/endpoint.py's rule: the configured URL, else the
         state directory's socket) and the token if one is needed. Resolved once."""
         if self.server_config is None:
             s = self.settings

@@ -2,7 +2,7 @@
 
 Choosing "Python (sandbox)" in JupyterLab should just work, with no server to start by
 hand. So when no URL is configured, the kernel looks for the server of its state directory
-on that directory's unix socket (sandbox/endpoint.py), and starts one there if nothing
+on that directory's unix socket (sandbox/service/endpoint.py), and starts one there if nothing
 answers: never another user's or another state directory's server. Several kernels may
 start at once (a notebook server restoring its sessions): an flock on
 `<state-dir>/server-start.lock` makes one of them start the server while the others wait
@@ -11,7 +11,7 @@ for it to answer.
 The server is started detached (its own session, output to `<state-dir>/server.log`) so
 that it outlives the kernel that started it: the next kernel, and the sandboxes, keep
 using it. It stops by itself once no kernel has used it for `server_idle_seconds`
-(sandbox/idle.py), and `sandbox-kernel lab` stops it when JupyterLab exits.
+(sandbox/service/idle.py), and `sandbox-kernel lab` stops it when JupyterLab exits.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import time
 import typing as t
 from urllib.parse import urlsplit
 
-from sandbox.config import DEFAULT_PORT
-from sandbox.endpoint import Endpoint
-from sandbox.server_process import ServerProcess, ServerStartError, is_healthy, log_tail, serve_command, wait_healthy
+from sandbox.core.config import DEFAULT_PORT
+from sandbox.service.endpoint import Endpoint
+from sandbox.service.server_process import ServerProcess, ServerStartError, is_healthy, log_tail, serve_command, wait_healthy
 
 __all__ = ["ServerStartError", "ensure_server", "is_healthy", "log_tail", "start_command"]
 
@@ -65,7 +65,7 @@ def _read_pid(path: pathlib.Path) -> int | None:
 
 def start_command(where: Endpoint, state_dir: pathlib.Path, idle_seconds: int = 0) -> list[str]:
     """`serve` for this state directory; on TCP too when the endpoint is a TCP URL; stopping
-    by itself after ``idle_seconds`` unused (sandbox/idle.py)."""
+    by itself after ``idle_seconds`` unused (sandbox/service/idle.py)."""
     args: list[str] = ["--set", f"idle_stop_seconds={idle_seconds}"] if idle_seconds else []
     if not where.socket:
         parts = urlsplit(where.url)
@@ -158,6 +158,6 @@ def _last_line(path: pathlib.Path) -> str:
 
 
 def _default_state_dir() -> pathlib.Path:
-    from sandbox.paths import default_state_dir
+    from sandbox.common.paths import default_state_dir
 
     return pathlib.Path(default_state_dir())

@@ -3,7 +3,7 @@ module, view name) that the installed ipywidgets ships, with its version.
 
 The kernel lets a sandbox's widget reach the page only if its four names are in that list
 (kernel/widget_kinds.py). The list is pinned to the ipywidgets of the default image
-(sandbox/images.py: ``ipywidgets>=8.1,<9``); refresh it when that pin moves:
+(sandbox/images/images.py: ``ipywidgets>=8.1,<9``); refresh it when that pin moves:
 
     pip install 'ipywidgets==NEW' && python scripts/widget_allow_list.py
 

@@ -43,7 +43,7 @@ if str(REPO) not in sys.path:  # `kernel.install` and `sandbox.*` from a script 
     sys.path.insert(0, str(REPO))
 
 from kernel.drive import run_cell as _run_cell  # noqa: E402  (needs REPO on sys.path)
-from sandbox.server_process import (  # noqa: E402
+from sandbox.service.server_process import (  # noqa: E402
     ServerProcess,
     ServerStartError,
     is_healthy,

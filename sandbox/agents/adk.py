@@ -109,7 +109,7 @@ class SandboxCodeExecutor(BaseCodeExecutor):
 
     ``url``/``token`` default to SANDBOX_KERNEL_URL / SANDBOX_KERNEL_TOKEN (or the local
     server's token file), as for the Python client. ``scope`` labels its sandboxes on the
-    server (sandbox/scopes.py; default a new ``adk-XXXXXXXX`` per executor), and its
+    server (sandbox/service/scopes.py; default a new ``adk-XXXXXXXX`` per executor), and its
     requests reach no sandbox of another scope: not the user's notebook, not another agent's. ``timeout_seconds`` (ADK's field) is the
     per-run timeout: the cell is interrupted, its variables kept.
     """

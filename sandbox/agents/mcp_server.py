@@ -6,7 +6,7 @@ Python client) and offers its clients tools to create, list and delete sandboxes
 (text, the error, figures as image content), run a command, and write, read and list files.
 
 What it may reach: only the sandboxes it created. It declares a scope on every request
-(``Sandbox-Scope``, sandbox/scopes.py; ``--scope``, default a new ``mcp-XXXXXXXX`` per start):
+(``Sandbox-Scope``, sandbox/service/scopes.py; ``--scope``, default a new ``mcp-XXXXXXXX`` per start):
 the sandbox server labels what it creates with it, lists only those, and answers any other
 id (the user's notebook sandbox, another agent's) as unknown. ``--reach SCOPE`` names
 further scopes it may reach, ``--reach '*'`` every sandbox the token reaches.
@@ -272,7 +272,7 @@ async def serve_http(state: SandboxMCP, host: str, port: int, *, log_level: str 
     """Streamable HTTP at /mcp, behind the sandbox API's bearer token."""
     import uvicorn
 
-    from ..api import TokenAuth
+    from ..service.api import TokenAuth
 
     if not state.config.token:
         raise SystemExit(f"no token to require of MCP clients (token: {state.config.token_source}): "

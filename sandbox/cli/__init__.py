@@ -1,7 +1,7 @@
 """``sandbox-kernel``: serve | stop | purge | gateway | doctor | image build/ls/rm | install |
 lab | ls | rm | exec | logs | usage | drain | mcp. ``sandbox-kernel COMMAND --help`` shows examples.
 
-Every command that talks to a server finds it as the kernel does (sandbox/endpoint.py):
+Every command that talks to a server finds it as the kernel does (sandbox/service/endpoint.py):
 ``--url``, else ``--state-dir``'s socket, else SANDBOX_KERNEL_URL, else the state
 directory's socket from SANDBOX_KERNEL_STATE_DIR or the default. None falls back to another
 server; every connection error names the URL or socket it tried.

@@ -32,7 +32,7 @@ def add_where(p: argparse.ArgumentParser, url_help: str = "") -> None:
 
 
 def state_of(args):
-    from ..paths import StateDir
+    from ..common.paths import StateDir
 
     return StateDir(args.state_dir) if getattr(args, "state_dir", None) else StateDir.default()
 

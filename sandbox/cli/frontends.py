@@ -39,7 +39,7 @@ def cmd_lab(args) -> int:
     the sandbox server its kernels started (not one that was already running)."""
     from kernel.install import TIERS, install_kernelspec, kernel_spec
 
-    from .. import housekeeping
+    from ..service import housekeeping
 
     for isolation in TIERS:  # pip normally ships them already
         name, _ = kernel_spec(isolation=isolation)

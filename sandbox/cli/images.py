@@ -10,7 +10,7 @@ from .common import add_state_dir, command, error, server, state_of, transport
 
 
 def _store(args):
-    from ..images import ImageStore
+    from ..images.images import ImageStore
 
     state = state_of(args)
     state.ensure()
@@ -18,8 +18,8 @@ def _store(args):
 
 
 def cmd_image_build(args) -> int:
-    from ..images import DEFAULT_IMAGE, ImageError
-    from ..progress import BuildProgress
+    from ..images.images import DEFAULT_IMAGE, ImageError
+    from ..images.progress import BuildProgress
 
     requirements = None
     if args.requirements:
@@ -51,7 +51,7 @@ def cmd_image_ls(args) -> int:
 def cmd_image_inspect(args) -> int:
     """One image's recipe and package list (name, version, layer, source), as a table or
     JSON; --sbom FILE writes its CycloneDX SBOM."""
-    from .. import image_packages
+    from ..images import image_packages
 
     info = _store(args).get(args.name)
     if info is None:
@@ -78,7 +78,7 @@ def cmd_image_rm(args) -> int:
     (and ends the warm pool's sandboxes of that image). Sandboxes outlive their server, so
     when it cannot be asked the removal is refused; --force removes the files regardless."""
     from ..client import ServerUnavailable
-    from ..images import ImageError
+    from ..images.images import ImageError
 
     config = server(args)
     if config is None:

@@ -7,7 +7,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
-from .. import statefile
+from ..common import statefile
 from . import human
 from .common import add_state_dir, add_where, command, error, server, state_of, transport
 

@@ -10,7 +10,7 @@ from .common import add_state_dir, command, error, state_of
 
 
 def _config_from(args):
-    from ..config import ServiceConfig
+    from ..core.config import ServiceConfig
 
     kwargs = {}
     for name in ("host", "port", "state_dir", "token", "pool_size", "ttl_seconds", "memory_mb", "pids", "cpus",
@@ -24,7 +24,7 @@ def _config_from(args):
     if getattr(args, "no_seccomp", False):
         kwargs["seccomp"] = False
     if getattr(args, "unsafe_test_only_layers_off", None):
-        from ..testonly import parse
+        from ..isolation.testonly import parse
 
         try:
             kwargs["unsafe_test_only_layers_off"] = parse(args.unsafe_test_only_layers_off)
@@ -58,7 +58,7 @@ def _config_from(args):
 
 
 def cmd_serve(args) -> int:
-    from ..server import serve
+    from ..service.server import serve
 
     return serve(_config_from(args), log_level=args.log_level)
 
@@ -76,7 +76,7 @@ def cmd_gateway(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from .. import doctor
+    from ..isolation import doctor
 
     items = doctor.report(_config_from(args))
     if args.json:
@@ -90,7 +90,7 @@ def cmd_doctor(args) -> int:
 def cmd_stop(args) -> int:
     """Stop the state directory's server now: its warm pool ends, image mounts are
     detached; kept sandboxes run on (their deadlines end them; the next server re-adopts)."""
-    from .. import housekeeping
+    from ..service import housekeeping
 
     state = state_of(args)
     try:
@@ -111,7 +111,7 @@ def cmd_stop(args) -> int:
 
 def cmd_purge(args) -> int:
     """Remove a state directory: its images, sandboxes' files, token and logs."""
-    from .. import housekeeping
+    from ..service import housekeeping
 
     state = state_of(args)
     if not args.yes:

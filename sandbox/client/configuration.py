@@ -1,7 +1,7 @@
 """Where the server is, how to authenticate to it, and how long to wait for it.
 
 Which server: the one of the state directory (its unix socket), unless a URL is given; the
-rule is sandbox/endpoint.py's, shared with the kernel and the command line.
+rule is sandbox/service/endpoint.py's, shared with the kernel and the command line.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from .. import endpoint as _endpoint
-from ..paths import default_state_dir as _default_state_dir
+from ..service import endpoint as _endpoint
+from ..common.paths import default_state_dir as _default_state_dir
 from .errors import InvalidRequest
 
 # Most calls are quick bookkeeping on the server: a short read timeout turns a wedged
@@ -26,7 +26,7 @@ CREATE_READ_TIMEOUT = 600.0
 
 
 def default_state_dir() -> pathlib.Path:
-    """The server's state directory: the server's own rule (sandbox/paths.py)."""
+    """The server's state directory: the server's own rule (sandbox/common/paths.py)."""
     return pathlib.Path(_default_state_dir())
 
 
@@ -72,7 +72,7 @@ def resolve(
     url: str | None = None, token: str | None = None, state_dir: str | os.PathLike | None = None
 ) -> ServerConfig:
     """Find the server and the token: arguments, then the environment, then the state
-    directory (sandbox/endpoint.py has the order).
+    directory (sandbox/service/endpoint.py has the order).
 
     Over a unix socket no token is needed (the server checks the caller's uid); a token
     given explicitly is still sent. Over TCP the token file is read last because it only

@@ -8,7 +8,7 @@ import typing as t
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from .. import filenames
+from ..common import filenames
 from ..runtime import vocabulary as V
 
 
@@ -102,7 +102,7 @@ class SandboxInfo:
 @dataclass(frozen=True)
 class FileInfo:
     """One entry of a workspace listing. `path` is the escaped spelling the files calls
-    take back (see sandbox/filenames.py); `raw_path` is the name's bytes."""
+    take back (see sandbox/common/filenames.py); `raw_path` is the name's bytes."""
 
     path: str
     size: int | None = None

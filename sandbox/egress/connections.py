@@ -19,7 +19,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from ..descriptors import DescriptorBudget
+from ..core.descriptors import DescriptorBudget
 
 DESCRIPTORS_PER_CONNECTION = 2  # the sandbox's side and the host's
 

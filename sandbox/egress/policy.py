@@ -11,7 +11,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-from ..errors import ApiError
+from ..common.errors import ApiError
 
 DEFAULT_PORTS = frozenset({80, 443})
 MAX_ALLOW_ENTRIES = 256

@@ -17,7 +17,7 @@ import re
 import secrets as _random
 from dataclasses import dataclass
 
-from ..errors import ApiError
+from ..common.errors import ApiError
 from .policy import HostRule, host_pattern
 
 SECRET_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"

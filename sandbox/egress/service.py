@@ -14,8 +14,8 @@ import subprocess
 import sys
 import urllib.parse
 
-from ..descriptors import DescriptorBudget
-from ..errors import ApiError
+from ..core.descriptors import DescriptorBudget
+from ..common.errors import ApiError
 from ..isolation.bwrap import EGRESS_CA_BUNDLE as CA_BUNDLE, EGRESS_PACKAGES as PACKAGES, EGRESS_SOCKET_DIR as SOCKET_DIR
 from .ca import CertificateAuthority
 from .connections import ConnectionLimits, ConnectionTable

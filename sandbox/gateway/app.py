@@ -21,11 +21,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .. import __version__, schemas, scopes
-from ..api import EXCEPTION_HANDLERS, TokenAuth, openapi_document, read_body
+from .. import __version__
+from ..service import schemas, scopes
+from ..service.api import EXCEPTION_HANDLERS, TokenAuth, openapi_document, read_body
 from ..usage.metrics import CONTENT_TYPE as METRICS_TYPE
-from ..errors import ApiError
-from ..openapi import error_responses, json_body, op
+from ..common.errors import ApiError
+from ..service.openapi import error_responses, json_body, op
 from . import identity, placement
 from .config import GatewayConfig
 from .metrics import GatewayMetrics
@@ -88,7 +89,7 @@ async def drain(request: Request):
 
 
 def scope_header(request: Request) -> dict[str, str]:
-    """The caller's Sandbox-Scope, passed on: the node labels and filters by it (sandbox/scopes.py)."""
+    """The caller's Sandbox-Scope, passed on: the node labels and filters by it (sandbox/service/scopes.py)."""
     value = request.headers.get(scopes.HEADER)
     return {scopes.HEADER: value} if value is not None else {}
 

@@ -1,4 +1,4 @@
-"""The gateway's settings, as traitlets, like the node server's (``sandbox.config``)."""
+"""The gateway's settings, as traitlets, like the node server's (``sandbox.core.config``)."""
 
 from __future__ import annotations
 

@@ -24,8 +24,8 @@ import typing as t
 from functools import lru_cache
 from http import HTTPStatus
 
-from ..api import NDJSON
-from ..errors import ApiError
+from ..service.api import NDJSON
+from ..common.errors import ApiError
 from ..runtime import vocabulary as V
 from .nodes import NODE_UNAVAILABLE, Node, NodeTable, no_answer
 from .pool import UpstreamConnection, Upstream

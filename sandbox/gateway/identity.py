@@ -1,5 +1,5 @@
 """A node's identity as the gateway holds it: the token goes only to an address that proved
-it is a node (``sandbox/nodeproof.py``), and a node id belongs to one address at a time.
+it is a node (``sandbox/service/nodeproof.py``), and a node id belongs to one address at a time.
 
 * ``ProvenBearer``: the node client's auth. It adds the node token to a request only once the
   address has proved itself; before that (and again after the node was down, when the address
@@ -20,7 +20,7 @@ import urllib.parse
 
 import httpx
 
-from .. import nodeproof
+from ..service import nodeproof
 
 log = logging.getLogger("sandbox.gateway.identity")
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from ..errors import ApiError
-from ..ids import node_of
+from ..common.errors import ApiError
+from ..common.ids import node_of
 from ..runtime import vocabulary as V
 from . import identity
 from .config import GatewayConfig

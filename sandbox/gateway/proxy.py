@@ -12,7 +12,7 @@ import typing as t
 
 import httpx
 
-from ..errors import ApiError
+from ..common.errors import ApiError
 from .nodes import Node, NodeTable, no_answer
 from .watchdog import WATCH_SECONDS
 

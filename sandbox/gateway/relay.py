@@ -29,8 +29,8 @@ import urllib.parse
 
 import httptools
 
-from ..auth import check_bearer
-from ..errors import ApiError
+from ..service.auth import check_bearer
+from ..common.errors import ApiError
 from .config import GatewayConfig
 from .exchange import Exchange, error_answer
 from .nodes import NodeTable

@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .. import testonly
+from . import testonly
 
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000

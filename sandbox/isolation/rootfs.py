@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import time
 
-from .. import statefile
+from ..common import statefile
 from .bwrap import MPLCACHE_MOUNT, RUNTIME_MOUNT
 
 # Programs a cell's `!cmd` and a command most often run; those the host lacks are left out.

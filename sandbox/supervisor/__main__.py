@@ -11,7 +11,7 @@ import signal
 import sys
 import traceback
 
-from ..paths import SUPERVISOR_DIR_ENV
+from ..common.paths import SUPERVISOR_DIR_ENV
 from ..runtime import vocabulary as V
 from .lifecycle import Supervisor
 

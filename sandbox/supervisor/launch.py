@@ -2,7 +2,7 @@
 
 Every backend shares what is set up here and in ``isolation/host.py`` (the cgroup, the
 rlimits, the workspace's filesystem image): the channel's socket pair and the capped
-runtime log. The isolation tool itself is the backend's (``sandbox/backends``).
+runtime log. The isolation tool itself is the backend's (``sandbox/isolation/backends``).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import os
 import socket
 from dataclasses import dataclass
 
-from .. import testonly
-from ..backends import SOCKET, STDIO, Launch, backend_for
+from ..isolation import testonly
+from ..isolation.backends import SOCKET, STDIO, Launch, backend_for
 from ..isolation.host import HostResources
-from ..paths import open_private_log
+from ..common.paths import open_private_log
 from ..runtime import framecheck
 from ..runtime import vocabulary as V
 from ..runtime.protocol import ProtocolError, read_payload

@@ -12,7 +12,7 @@ import asyncio
 import os
 import time
 
-from .. import statefile
+from ..common import statefile
 from ..isolation.host import HostResources
 from ..runtime import vocabulary as V
 from .channel import RuntimeChannel

@@ -21,7 +21,8 @@ import shutil
 import sys
 import time
 
-from .. import checkpoints, statefile
+from ..isolation import checkpoints
+from ..common import statefile
 from ..isolation import gvisor
 from ..runtime import vocabulary as V
 from .core import SupervisorCore

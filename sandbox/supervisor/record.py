@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from .. import statefile
+from ..common import statefile
 from ..runtime import vocabulary as V
 
 SAVE_DELAY = 1.0

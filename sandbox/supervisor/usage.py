@@ -13,7 +13,8 @@ import asyncio
 import os
 import sys
 
-from .. import statefile, tenancy
+from ..common import statefile
+from ..core import tenancy
 from ..runtime import vocabulary as V
 from ..usage import store as usage_store
 from ..usage.meter import UsageMeter

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 
-from .. import statefile
+from ..common import statefile
 
 GIB = 1024 ** 3
 DISK_WALK_LIMIT = 20000  # files: a plain-directory workspace is measured by walking it

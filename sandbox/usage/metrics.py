@@ -22,7 +22,7 @@ from ..runtime import vocabulary as V
 from . import store as usage_store
 
 if TYPE_CHECKING:
-    from ..manager import SandboxManager
+    from ..core.manager import SandboxManager
 
 PREFIX = "sandbox_kernel"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 import support
-from sandbox.server_process import ServerProcess, ServerStartError
+from sandbox.service.server_process import ServerProcess, ServerStartError
 from support import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ pytestmark = [
 
 
 class Lab:
-    """A JupyterLab child process (sandbox.server_process.ServerProcess) and what the test
+    """A JupyterLab child process (sandbox.service.server_process.ServerProcess) and what the test
     needs to reach it."""
 
     def __init__(self, process: ServerProcess, port: int, token: str, root: pathlib.Path, log: pathlib.Path):

@@ -99,12 +99,12 @@ def _exposed_names(tmp_path) -> set[str]:
     """Every sample name the node server and the gateway expose, from their real registries."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from sandbox.config import ServiceConfig
+    from sandbox.core.config import ServiceConfig
     from sandbox.gateway.config import GatewayConfig
     from sandbox.gateway.discovery import StaticNodes
     from sandbox.gateway.metrics import GatewayMetrics
     from sandbox.gateway.nodes import NodeTable
-    from sandbox.manager import SandboxManager
+    from sandbox.core.manager import SandboxManager
     from sandbox.usage.metrics import ServerMetrics
 
     server = ServerMetrics(SandboxManager(ServiceConfig(state_dir=str(tmp_path))))

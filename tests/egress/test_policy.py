@@ -5,7 +5,7 @@ import ipaddress
 import pytest
 
 from sandbox.egress.policy import Refused, parse_policy
-from sandbox.errors import ApiError
+from sandbox.common.errors import ApiError
 
 
 def test_names_ports_and_wildcards():

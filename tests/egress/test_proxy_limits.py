@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from sandbox.descriptors import DescriptorBudget, open_count
+from sandbox.core.descriptors import DescriptorBudget, open_count
 from sandbox.egress.connections import ConnectionLimits, ConnectionTable
 from sandbox.egress.proxy import EgressProxy
 from sandbox.egress.scrub import Scrubber

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 import support
-from sandbox import nodeproof
+from sandbox.service import nodeproof
 
 
 

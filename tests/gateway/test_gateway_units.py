@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 from traitlets import TraitError
 
-from sandbox.config import ServiceConfig
+from sandbox.core.config import ServiceConfig
 from sandbox.gateway import placement
-from sandbox.ids import new_sandbox_id, node_of
-from sandbox.openapi import SANDBOX_ID
+from sandbox.common.ids import new_sandbox_id, node_of
+from sandbox.service.openapi import SANDBOX_ID
 
 
 @pytest.mark.parametrize("node_id", ["node1", "gke-pool-1-a1b2c3d4-x9z8", "ip-10-0-0-1.eu-west-1.compute.internal", "a"])
@@ -38,7 +38,7 @@ def test_node_ids_are_checked(bad):
 
 
 def node(node_id, *, sandboxes=0, cap=None, ready=0, draining=False, memory_free=8000, total=16000, images=("default",)):
-    """A node's /v1/info as placement reads it (the capacity report of sandbox/capacity.py)."""
+    """A node's /v1/info as placement reads it (the capacity report of sandbox/core/capacity.py)."""
     return SimpleNamespace(node_id=node_id, info={
         "draining": draining, "defaults": {"memory_mb": 1024},
         "capacity": {"sandboxes": {"total": cap, "used": sandboxes, "free": None if cap is None else cap - sandboxes,
@@ -122,7 +122,7 @@ def test_the_relay_pool_lends_the_newest_idle_connection_and_never_a_stale_one()
 
 
 def test_a_node_proof_holds_only_for_the_token_and_the_address():
-    from sandbox import nodeproof
+    from sandbox.service import nodeproof
 
     challenge, token = "ab" * 16, "node-token"
     answer = {"node_id": "n1", "address": "10.0.0.5:8765", "proof": nodeproof.proof(token, challenge, "n1", "10.0.0.5:8765")}

@@ -12,7 +12,7 @@ import json
 import threading
 
 import support
-from sandbox import statefile
+from sandbox.common import statefile
 from sandbox.client import Sandbox
 
 SETUP = """

@@ -1,4 +1,4 @@
-"""The image recipes shipped with the project (sandbox/images.py RECIPES).
+"""The image recipes shipped with the project (sandbox/images/images.py RECIPES).
 
 CI does not build the data-science image: it takes minutes and ~850 MiB (README gives the
 figures of a build by hand). These tests check what CI can check cheaply: that the recipe
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox import images
-from sandbox.images import RECIPES, ImageStore
-from sandbox.paths import StateDir
+from sandbox.images import images
+from sandbox.images.images import RECIPES, ImageStore
+from sandbox.common.paths import StateDir
 
 # What managed agent sandboxes commonly preinstall for data work, beyond the default image.
 EXPECTED = {"scipy", "scikit-learn", "seaborn", "statsmodels", "pyarrow", "openpyxl", "polars", "duckdb"}

@@ -25,9 +25,9 @@ import testrun
 from support import (REPO, free_port, make_state_dir, pid_alive, processes_of, sandbox_ids, sweep, wait_for,
                      with_repo_on_path)
 
-from sandbox import housekeeping
-from sandbox.endpoint import unix
-from sandbox.paths import StateDir
+from sandbox.service import housekeeping
+from sandbox.service.endpoint import unix
+from sandbox.common.paths import StateDir
 
 pytestmark = pytest.mark.slow
 

@@ -40,7 +40,7 @@ NODE_ARGS = ("--pool-size", "1", "--set", "max_sandboxes=40")
 
 
 def node_of(sandbox_id: str) -> str:
-    from sandbox.ids import node_of as parse
+    from sandbox.common.ids import node_of as parse
 
     return parse(sandbox_id)
 

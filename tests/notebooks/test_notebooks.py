@@ -51,7 +51,7 @@ CTR_CELL_CODE = "ctr = clicks / impressions * 100"
 NBVAL_TIMEOUT = 900
 
 
-# Where the embedded default looks when nothing says otherwise (sandbox/paths.py).
+# Where the embedded default looks when nothing says otherwise (sandbox/common/paths.py).
 DEFAULT_STATE_DIR = pathlib.Path("/var/lib/sandbox-kernel")
 
 

@@ -24,7 +24,7 @@ import support
 FORKER = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[3])
-from sandbox.statefile import write_json
+from sandbox.common.statefile import write_json
 
 path, naive = sys.argv[1], sys.argv[2] == "naive"
 

@@ -12,7 +12,7 @@ namespace (every non-unix socket is refused anyway), the namespace hides a missi
 (nothing to connect to), and the supervisor's budget backs the output cap. Here the exact
 errno of each probe and the seccomp-off control tell the layers apart.
 tests/service/test_svc_layers.py now also proves each layer on its own, with the other set
-aside through the test-only switches (sandbox/testonly.py), and scripts/mutation_check.py
+aside through the test-only switches (sandbox/isolation/testonly.py), and scripts/mutation_check.py
 checks that removing any one protection fails a test.
 
 Probes:
@@ -1186,7 +1186,7 @@ print("planted")
 
 
 def test_p20_token_compared_in_constant_time():
-    from sandbox import auth
+    from sandbox.service import auth
     from sandbox.gateway import relay
 
     rule = inspect.getsource(auth.check_bearer)
@@ -1200,8 +1200,8 @@ def test_p20_token_compared_in_constant_time():
 
 
 def test_p20_token_file_is_private():
-    from sandbox.paths import StateDir
-    from sandbox.server import ensure_token
+    from sandbox.common.paths import StateDir
+    from sandbox.service.server import ensure_token
 
     state = support.make_state_dir("sk-redteam-token-")
     old = os.umask(0)  # the most permissive umask must not widen it

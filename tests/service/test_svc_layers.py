@@ -4,7 +4,7 @@ Layers overlap: seccomp refuses every network socket, so a sandbox that lost its
 namespace still cannot connect and the other service tests pass; and the reverse. Each
 test here runs on a server of its own with the other layer switched off, through the
 test-only switches (``--no-seccomp``; ``--unsafe-test-only-layers-off`` confirmed by
-``SANDBOX_KERNEL_UNSAFE_TEST_ONLY_LAYERS_OFF``, see sandbox/testonly.py), so a protection
+``SANDBOX_KERNEL_UNSAFE_TEST_ONLY_LAYERS_OFF``, see sandbox/isolation/testonly.py), so a protection
 that silently disappears fails a test here:
 
 - the network namespace alone (seccomp off) blocks TCP to every host address and the
@@ -47,7 +47,7 @@ from support import (
 )
 from svc_support import last_json_line
 
-from sandbox import testonly
+from sandbox.isolation import testonly
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,10 @@ import os
 import subprocess
 import sys
 
-from sandbox import statefile
-from sandbox.config import ServiceConfig
-from sandbox.handles import Handle
-from sandbox.manager import SandboxManager
+from sandbox.common import statefile
+from sandbox.core.config import ServiceConfig
+from sandbox.core.handles import Handle
+from sandbox.core.manager import SandboxManager
 
 
 def new_manager(tmp_path, **config) -> SandboxManager:

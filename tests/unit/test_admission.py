@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.admission import held
-from sandbox.errors import ApiError
+from sandbox.core.admission import held
+from sandbox.common.errors import ApiError
 from sandbox.runtime import vocabulary as V
 
 from sandbox_dirs import handle_of, new_manager, sleeper

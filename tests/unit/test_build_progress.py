@@ -7,8 +7,8 @@ from __future__ import annotations
 import io
 
 from sandbox.client.models import Execution
-from sandbox.images import step_line
-from sandbox.progress import BuildProgress
+from sandbox.images.images import step_line
+from sandbox.images.progress import BuildProgress
 
 LINES = ["building image 'default' (7 packages: ...): about 1-2 min and 750 MiB of disk",
          step_line(1, "creating the Python environment"), step_line(2, "downloading and installing 7 packages"),

@@ -1,4 +1,4 @@
-"""Capacity per user on a shared server (sandbox/capacity.py): the arithmetic of the share.
+"""Capacity per user on a shared server (sandbox/core/capacity.py): the arithmetic of the share.
 
 One user holds its share of every total; its next create is refused with a 409 naming the
 user, its share and what is free of it, while another user still has room. Control: with
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox import capacity
-from sandbox.config import ServiceConfig
-from sandbox.errors import ApiError
+from sandbox.core import capacity
+from sandbox.core.config import ServiceConfig
+from sandbox.common.errors import ApiError
 
 HOST = capacity.Host(memory_mb=8192, cpus=2, disk_free_mb=100_000)
 LIMITS = {"memory_mb": 1024, "cpus": 1.0, "pids": 256, "disk_mb": 1024}
@@ -58,7 +58,7 @@ def test_the_share_applies_only_on_a_shared_server_and_to_capped_totals():
 
 
 def test_a_paused_sandbox_holds_its_disk_and_its_checkpoint():
-    from sandbox.admission import held
+    from sandbox.core.admission import held
 
     MiB = 1024 * 1024
     paused = {"state": "paused", "limits": {"memory_mb": 1024, "disk_mb": 1024},

@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from sandbox import images
-from sandbox.paths import StateDir
+from sandbox.images import images
+from sandbox.common.paths import StateDir
 
 OLD_RECIPE = ["ipython", "matplotlib", "matplotlib-inline", "numpy", "pandas", "polars==1.0"]
 

@@ -12,7 +12,8 @@ import support
 
 EXHAUST = '''
 import errno, json, os, resource, sys
-from sandbox import descriptors, statefile
+from sandbox.core import descriptors
+from sandbox.common import statefile
 path = sys.argv[1]
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))

@@ -1,9 +1,9 @@
 """`doctor` says, for each protection that is weaker or missing here, the step that fixes it
-or that none is available and what the risk is (sandbox/doctor.py FIXES)."""
+or that none is available and what the risk is (sandbox/isolation/doctor.py FIXES)."""
 
 from __future__ import annotations
 
-from sandbox import doctor
+from sandbox.isolation import doctor
 
 
 def test_every_weaker_or_missing_item_says_what_to_do():

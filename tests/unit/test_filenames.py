@@ -1,11 +1,11 @@
-"""The escaped spelling of file names (sandbox/filenames.py): exact both ways, plain names
+"""The escaped spelling of file names (sandbox/common/filenames.py): exact both ways, plain names
 spelled as themselves, and nothing but its two escapes accepted."""
 
 from __future__ import annotations
 
 import pytest
 
-from sandbox import filenames
+from sandbox.common import filenames
 
 
 @pytest.mark.parametrize("raw", [

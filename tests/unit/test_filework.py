@@ -1,4 +1,4 @@
-"""The file-work threads (sandbox/filework.py): one sandbox cannot hold what others need.
+"""The file-work threads (sandbox/core/filework.py): one sandbox cannot hold what others need.
 
 A sandbox's file calls (a DELETE on a tree it keeps refilling runs until its deadline) are
 stood in for by calls that block until released: real threads of the real pool, blocked
@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from sandbox.filework import FileWork
+from sandbox.core.filework import FileWork
 
 ATTACKS = 8
 

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from sandbox.errors import ApiError
-from sandbox.launcher import choose_backend, install_runtime
+from sandbox.common.errors import ApiError
+from sandbox.core.launcher import choose_backend, install_runtime
 from sandbox.runtime import vocabulary as V
 
 from sandbox_dirs import handle_of, new_manager, sleeper

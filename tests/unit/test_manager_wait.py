@@ -15,9 +15,9 @@ import asyncio
 import subprocess
 import sys
 
-from sandbox.config import ServiceConfig
-from sandbox.handles import Handle
-from sandbox.manager import SandboxManager
+from sandbox.core.config import ServiceConfig
+from sandbox.core.handles import Handle
+from sandbox.core.manager import SandboxManager
 
 
 def test_waiting_for_a_supervisor_to_exit_leaves_the_event_loop_free(tmp_path):

@@ -8,8 +8,9 @@ import os
 
 import pytest
 
-from sandbox import checkpoints, statefile
-from sandbox.errors import ApiError
+from sandbox.isolation import checkpoints
+from sandbox.common import statefile
+from sandbox.common.errors import ApiError
 from sandbox.runtime import vocabulary as V
 
 from sandbox_dirs import handle_of, new_manager

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from sandbox import statefile
-from sandbox.readoption import sandboxes_left
+from sandbox.common import statefile
+from sandbox.core.readoption import sandboxes_left
 from sandbox.runtime import vocabulary as V
 
 from sandbox_dirs import lay_out, new_manager

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from sandbox import statefile
-from sandbox.errors import ApiError
-from sandbox.reaper import TOMBSTONE_SECONDS
+from sandbox.common import statefile
+from sandbox.common.errors import ApiError
+from sandbox.core.reaper import TOMBSTONE_SECONDS
 from sandbox.runtime import vocabulary as V
 
 from sandbox_dirs import handle_of, new_manager

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from sandbox.errors import ApiError
+from sandbox.common.errors import ApiError
 from sandbox.runtime import vocabulary as V
 
 from sandbox_dirs import handle_of, new_manager, sleeper

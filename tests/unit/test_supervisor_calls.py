@@ -11,8 +11,8 @@ import tempfile
 
 import pytest
 
-from sandbox import statefile
-from sandbox.errors import ApiError
+from sandbox.common import statefile
+from sandbox.common.errors import ApiError
 from sandbox.runtime import vocabulary as V
 from sandbox.runtime.protocol import read_frame, write_frame
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from sandbox.runtime import vocabulary as V
-from sandbox.warm_pool import compatible
+from sandbox.core.warm_pool import compatible
 
 from sandbox_dirs import handle_of, new_manager, sleeper
 

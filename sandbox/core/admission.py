@@ -1,0 +1,109 @@
+"""Whether a new sandbox may start: the server's gate (stopping, draining) and the capacity
+its sandboxes hold.
+
+A create or a fork passes here before anything is laid out: the gate refuses while the
+server stops or the node drains, the ledger while the host cannot hold the request's
+limits beside what live sandboxes (and the creates under way) hold. The arithmetic is
+``capacity.py``'s; this part knows which sandboxes count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from . import capacity
+from .config import ServiceConfig
+from ..common.errors import ApiError
+from ..isolation import host as host_paths
+from .registry import Registry
+from ..runtime import vocabulary as V
+
+
+class Gate:
+    """Stopping and draining: the two states in which the server takes no new sandbox."""
+
+    def __init__(self, config: ServiceConfig):
+        self.node_id = config.node_id
+        self.shutting_down = asyncio.Event()
+        self.draining = config.draining  # no new sandboxes (nor pool refills); existing ones run out
+
+    def check(self) -> None:
+        """Refuse a new sandbox (a create or a fork) while the server stops or the node drains."""
+        if self.shutting_down.is_set():
+            raise ApiError(503, "unavailable", "the server is shutting down")
+        if self.draining:
+            raise ApiError(503, "unavailable", f"the node {self.node_id or 'server'} is draining: "
+                           "it takes no new sandboxes", extra={"reason": V.NODE_DRAINING})
+
+    def may_fill_pool(self) -> bool:
+        return not self.shutting_down.is_set() and not self.draining
+
+
+def held(record: dict) -> dict:
+    """What a sandbox holds of the host: all its limits, or, when paused, its disk and its
+    checkpoint (runsc's image of its memory, often hundreds of MB on the same disk)."""
+    limits = record.get("limits") or {}
+    if record.get("state") == V.PAUSED:
+        checkpoint = int((record.get("checkpoint") or {}).get("size_bytes") or 0)
+        return {"disk_mb": limits.get("disk_mb", 0) + -(-checkpoint // capacity.MiB)}
+    return limits
+
+
+class CapacityLedger:
+    """What claimed sandboxes hold, and the limits of the creates under way (counted as used),
+    in all and per owner (a tenant of a --multi-user server holds at most its share)."""
+
+    def __init__(self, config: ServiceConfig, registry: Registry, sandboxes_dir: str):
+        self.config = config
+        self.registry = registry
+        self.sandboxes_dir = sandboxes_dir
+        self.reserved: list[tuple[int | None, dict]] = []  # (owner, limits) of each create under way
+
+    def limits_for(self, request: dict) -> dict:
+        """A create's limits: the server's defaults, overridden by what the request names."""
+        limits = self.config.default_limits()
+        for key in ("memory_mb", "cpus", "pids", "disk_mb"):
+            if request.get(key) is not None:
+                limits[key] = request[key]
+        limits["file_mb"] = max(int(limits["disk_mb"]), self.config.file_max_bytes // (1024 * 1024))
+        return limits
+
+    def check(self, limits: dict, ttl: int, max_life: int, owner: int | None = None) -> None:
+        """Raise the 4xx/503 of ``capacity.check`` when the host cannot take these limits now
+        (or, on a shared server, ``owner``'s share cannot)."""
+        capacity.check(self.config, self.host(), limits, ttl, max_life, self.usage(), user=owner,
+                       user_used=None if owner is None else self.usage(owner))
+
+    @contextlib.contextmanager
+    def reserving(self, limits: dict, owner: int | None = None):
+        """Count ``limits`` as used (by ``owner``) while a create or a fork is under way."""
+        entry = (owner, limits)
+        self.reserved.append(entry)
+        try:
+            yield
+        finally:
+            self.reserved.remove(entry)
+
+    def host(self) -> capacity.Host:
+        """The host now, its free disk less what live workspaces may still grow by."""
+        committed = sum(capacity.unwritten_mb(host_paths.workspace_image(h.dir),
+                                              (h.record.get("limits") or {}).get("disk_mb", 0))
+                        for h in self.registry.live.values())
+        return capacity.host_facts(self.sandboxes_dir, committed)
+
+    def usage(self, owner: int | None = None) -> dict:
+        """What live claimed sandboxes (and creates under way) hold, all of them or ``owner``'s;
+        the warm pool is not counted."""
+        mine = (lambda who: True) if owner is None else (lambda who: who == owner)
+        claimed = [held(h.record) for h in self.registry.live.values()
+                   if h.record.get("state") != V.POOLED and mine(self.registry.tenancy.owner_of(h.id))]
+        return capacity.usage(claimed + [limits for who, limits in self.reserved if mine(who)])
+
+    def report(self) -> dict:
+        host = self.host()
+        return {"host": {"memory_mb": host.memory_mb, "cpus": host.cpus, "disk_free_mb": host.disk_free_mb},
+                "maxima": capacity.per_sandbox(self.config, host),
+                "defaults": {k: v for k, v in self.config.default_limits().items() if k in capacity.RESOURCES}
+                | {"ttl_seconds": self.config.ttl_seconds, "max_lifetime_seconds": self.config.max_lifetime_seconds},
+                "capacity": capacity.report(self.config, host, self.usage())}

@@ -1,0 +1,184 @@
+"""Starting sandboxes: the runtime copy, a sandbox's directory and spec, its host uid, its
+supervisor process (fresh, or restored from a checkpoint with ``--restore``).
+
+The supervisor gets a clean environment and reports on a pipe once it is ready (its
+state) or why it could not start; a sandbox that fails to start is filed as ended and its
+logs kept in its directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+
+from ..common import statefile
+from ..isolation import testonly
+from .config import ServiceConfig
+from ..egress.policy import EgressPolicy
+from ..egress.service import EgressService
+from ..common.errors import ApiError
+from .handles import Handle
+from ..common.ids import new_sandbox_id
+from ..images.images import ImageStore
+from ..isolation import bwrap, disk, gvisor, host
+from ..common.paths import SUPERVISOR_DIR_ENV, StateDir, open_private_log
+from .registry import Registry
+from ..runtime import vocabulary as V
+
+log = logging.getLogger("sandbox.core.manager")
+
+
+def runtime_source() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runtime")
+
+
+def install_runtime(runtimes_dir: str) -> str:
+    """Copy the in-sandbox runtime where sandbox uids can read it, keyed by its content."""
+    src = runtime_source()
+    files = sorted(f for f in os.listdir(src) if f.endswith(".py"))
+    digest = hashlib.sha256()
+    for name in files:
+        with open(os.path.join(src, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read())
+    dest = os.path.join(runtimes_dir, digest.hexdigest()[:16])
+    pkg = os.path.join(dest, "sandbox_runtime")
+    if not os.path.isdir(pkg):
+        tmp = dest + f".tmp{os.getpid()}"
+        os.makedirs(os.path.join(tmp, "sandbox_runtime"), exist_ok=True)
+        for name in files:
+            shutil.copy(os.path.join(src, name), os.path.join(tmp, "sandbox_runtime", name))
+            os.chmod(os.path.join(tmp, "sandbox_runtime", name), 0o644)
+        os.chmod(os.path.join(tmp, "sandbox_runtime"), 0o755)
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def choose_backend(config: ServiceConfig, request: dict) -> str:
+    """The isolation a create asks for (else the server's default), checked before anything starts."""
+    backend = request.get("isolation") or config.default_isolation
+    if backend == V.GVISOR:
+        ok, why = gvisor.available()
+        if not ok:
+            raise ApiError(422, "invalid_request", f"isolation 'gvisor' is not available on this server: {why}")
+    if request.get("egress") and backend == V.GVISOR:
+        raise ApiError(422, "invalid_request", "egress is not available with isolation 'gvisor' yet (its proxy "
+                                               "reaches the sandbox through a host socket, which a checkpoint cannot save)")
+    if request.get("on_idle") == V.ON_IDLE_PAUSE and backend != V.GVISOR:
+        raise ApiError(422, "invalid_request", "on_idle 'pause' needs isolation 'gvisor' (only a gVisor sandbox "
+                                               "can be checkpointed)")
+    return backend
+
+
+class Launcher:
+    def __init__(self, config: ServiceConfig, state_dir: StateDir, images: ImageStore, registry: Registry,
+                 egress: EgressService):
+        self.config = config
+        self.state_dir = state_dir
+        self.images = images
+        self.registry = registry
+        self.egress = egress
+        self.root = os.geteuid() == 0
+        self.disk_quota = disk.available()[0]
+        self.runtime_dir = ""
+        self.bwrap_path: str | None = None
+        self.bwrap_version: list[int] | None = None
+
+    def prepare(self) -> None:
+        """Blocking start-up work: the runtime copy and the server's own bwrap."""
+        self.runtime_dir = install_runtime(self.state_dir.runtimes)
+        binary = bwrap.discover()
+        self.bwrap_path = bwrap.install_copy(binary, os.path.join(self.state_dir.root, "bwrap")) if binary else None
+        self.bwrap_version = list(binary.version) if binary else None
+
+    def allocate_uid(self) -> int | None:
+        """A host uid no live sandbox has (a root server only: otherwise all run as the server)."""
+        if not self.root:
+            return None
+        used = {h.uid for h in self.registry.live.values()}
+        for _ in range(1000):
+            uid = self.config.uid_base + secrets.randbelow(self.config.uid_count)
+            if uid not in used:
+                return uid
+        raise ApiError(503, "unavailable", "no free sandbox uid")
+
+    async def spawn(self, image: str, limits: dict, ttl: int, max_life: int, *, pooled: bool,
+                    metadata: dict | None = None, egress: EgressPolicy | None = None, owner: int | None = None,
+                    isolation: str = V.BWRAP, on_idle: str = V.ON_IDLE_DELETE) -> Handle:
+        sandbox_id = new_sandbox_id(self.config.node_id)
+        d = self.state_dir.sandbox(sandbox_id)
+        os.makedirs(d, mode=0o711)
+        os.chmod(d, 0o711)
+        uid = self.allocate_uid()
+        workspace = host.workspace_dir(d)
+        os.makedirs(workspace, mode=0o700)
+        if uid is not None:
+            os.chown(workspace, uid, uid)
+        spec = {
+            "id": sandbox_id, "image": image, "image_info": self.images.get(image), "uid": uid,
+            "limits": limits, "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
+            "pooled": pooled, "metadata": metadata or {}, "runtime_dir": self.runtime_dir,
+            "workspace": workspace, "seccomp": self.config.seccomp, "use_cgroups": self.root,
+            "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path, "bwrap_version": self.bwrap_version,
+            "unsafe_test_only_layers_off": testonly.honoured(self.config),
+            "isolation_backend": isolation, "on_idle": on_idle,
+            "usage_record_seconds": self.config.usage_record_seconds,
+        }
+        if egress is not None:
+            spec["egress"] = await self.egress.prepare(sandbox_id, d, egress, uid, owner)
+        statefile.write_json(os.path.join(d, "spec.json"), spec)
+        # Until the supervisor reports, a pool sandbox must already look pooled (hidden from
+        # GET /v1/sandboxes and from get), not like a user's sandbox with no state.
+        handle = Handle(sandbox_id, d, image, uid, record={"state": V.POOLED if pooled else V.BOOTING})
+        ready = await self.start_supervisor(handle)
+        if not ready.get("ok"):
+            self.egress.close(sandbox_id)
+            await self.registry.wait_for_exit(handle)
+            self.registry.live.pop(sandbox_id, None)
+            self.registry.ended.pop(sandbox_id, None)
+            log.error("sandbox %s failed to start: %s (logs kept in %s)", sandbox_id, ready.get("error"), d)
+            raise ApiError(503, "unavailable", f"the sandbox could not start: {ready.get('error')}")
+        handle.record = ready["state"]
+        return handle
+
+    async def start_supervisor(self, handle: Handle, *extra: str) -> dict:
+        """Start a sandbox's supervisor (``--restore``: from its checkpoint) and return what
+        it reported once ready (``ok``, ``state``) or why it could not start."""
+        d, sandbox_id = handle.dir, handle.id
+        read_fd, write_fd = os.pipe()
+        log_file = open_private_log(os.path.join(d, "supervisor.log"))
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}
+        env[SUPERVISOR_DIR_ENV] = d  # not in argv: other users read every command line in ps, and d names the id
+        try:
+            handle.process = subprocess.Popen(
+                [sys.executable, "-m", "sandbox.supervisor", "--ready-fd", str(write_fd), *extra],
+                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                start_new_session=True, env=env, cwd="/",
+            )
+        finally:
+            os.close(write_fd)
+            log_file.close()
+        handle.pid = handle.process.pid
+        self.registry.live[sandbox_id] = handle
+        line = await asyncio.to_thread(_read_line, read_fd)
+        try:
+            ready = json.loads(line) if line else {"ok": False, "error": "the supervisor exited during start-up"}
+        except ValueError:
+            ready = {"ok": False, "error": f"the supervisor said: {line[:200]!r}"}
+        return ready
+
+
+def _read_line(fd: int) -> str:
+    with os.fdopen(fd, "rb") as f:
+        line = f.readline()
+    return line.decode("utf-8", "replace").strip()

@@ -1,0 +1,156 @@
+"""Pause, resume and fork of gVisor sandboxes: a checkpoint on disk instead of a process.
+
+A paused sandbox has no supervisor: its record says ``paused``, its checkpoint and
+workspace stay, and the next call that needs it running restores it (one restore at a
+time per sandbox). A fork is a second sandbox laid out from a checkpoint (see
+``forking.py``) and restored like any paused one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+
+from ..isolation import checkpoints
+from . import forking
+from ..common import statefile
+from .admission import CapacityLedger, Gate
+from .config import ServiceConfig
+from ..common.errors import ApiError
+from .handles import Handle
+from ..common.ids import new_sandbox_id
+from .launcher import Launcher
+from ..common.paths import StateDir
+from .registry import Registry
+from ..runtime import vocabulary as V
+from .supervisor_calls import SupervisorCalls
+
+log = logging.getLogger("sandbox.core.manager")
+
+CHECKPOINT_WAIT = 660.0  # the supervisor gives runsc checkpoint 600 s
+
+
+class PauseResume:
+    def __init__(self, config: ServiceConfig, state_dir: StateDir, registry: Registry, calls: SupervisorCalls,
+                 launcher: Launcher, gate: Gate, ledger: CapacityLedger):
+        self.config = config
+        self.state_dir = state_dir
+        self.registry = registry
+        self.calls = calls
+        self.launcher = launcher
+        self.gate = gate
+        self.ledger = ledger
+        self.waking: dict[str, asyncio.Lock] = {}  # per paused sandbox: one restore at a time
+
+    async def pause(self, handle: Handle) -> None:
+        """Checkpoint a gVisor sandbox (see Supervisor.pause); its supervisor then exits."""
+        if handle.record.get("state") == V.PAUSED:
+            return
+        await self.calls.call(handle, {"op": "pause"}, timeout=CHECKPOINT_WAIT)
+        await self.registry.wait_for_exit(handle)
+
+    async def wake(self, handle: Handle) -> str | None:
+        """Restore a paused sandbox before a call that needs it running; a note saying so
+        (for the execute stream), or None when it was not paused. Callers that arrive while a
+        restore is under way wait for that one."""
+        if handle.record.get("state") != V.PAUSED:
+            return None
+        lock = self.waking.setdefault(handle.id, asyncio.Lock())
+        async with lock:
+            if handle.record.get("state") != V.PAUSED:
+                return None
+            checkpoint = handle.record.get("checkpoint") or {}
+            log.info("restoring paused sandbox %s", handle.id)
+            ready = await self.launcher.start_supervisor(handle, "--restore")
+            if not ready.get("ok"):
+                await self.registry.wait_for_exit(handle)
+                handle.record = handle.saved_record()
+                if ready.get("reason") == V.RESTORE_VERSION_MISMATCH:
+                    raise ApiError(409, "conflict", ready.get("error") or "version mismatch",
+                                   extra={"reason": V.RESTORE_VERSION_MISMATCH})
+                raise ApiError(503, "unavailable", f"the paused sandbox could not be restored: {ready.get('error')}")
+            handle.record = ready["state"]
+        size = checkpoint.get("size_bytes") or 0
+        return (f"[sandbox: restored from its checkpoint of {size / 1e6:.1f} MB taken at {checkpoint.get('taken_at')}, "
+                f"in {handle.record.get('restored_in_seconds')} s; variables kept]\n")
+
+    async def fork(self, source: Handle, request: dict, owner: int | None = None) -> Handle:
+        """A second, independent sandbox restored from the source's checkpoint (see forking.py).
+
+        A running source is paused first (the same checks as any pause: never mid-cell, never
+        ``--leave-running``), then restored beside its fork; a paused one stays paused. The
+        fork counts against the server's limits like a create: the source's limits, its own
+        TTL and lifetime (the source's unless the request names them)."""
+        spec = statefile.read_json(os.path.join(source.dir, "spec.json")) or {}
+        if spec.get("isolation_backend") != V.GVISOR:
+            raise ApiError(409, "conflict", "fork needs isolation 'gvisor': only a gVisor sandbox has a checkpoint "
+                           "to restore twice (a bwrap sandbox's process lives on the host kernel, which cannot save "
+                           "it); create the sandbox with isolation \"gvisor\"", extra={"reason": V.PAUSE_NOT_SUPPORTED})
+        self.gate.check()
+        limits = dict(source.record.get("limits") or spec["limits"])
+        ttl = int(request.get("ttl_seconds") or source.record.get("ttl_seconds") or spec["ttl_seconds"])
+        max_life = int(request.get("max_lifetime_seconds") or spec["max_lifetime_seconds"])
+        self.ledger.check(limits, ttl, max_life, owner)
+        ttl = min(ttl, max_life)
+        was_running = source.record.get("state") != V.PAUSED
+        with self.ledger.reserving(limits, owner):
+            try:
+                fork = await self._lay_out_fork(source, was_running, request, ttl, max_life, owner)
+            except ApiError:
+                if was_running and source.record.get("state") == V.PAUSED:  # paused by us: back as it was
+                    await asyncio.gather(self.wake(source), return_exceptions=True)
+                raise
+            woken = await asyncio.gather(self.wake(fork), *([self.wake(source)] if was_running else []),
+                                         return_exceptions=True)
+        if was_running and isinstance(woken[-1], BaseException):  # it stays paused; its next call tries again
+            log.warning("sandbox %s stays paused after its fork: %s", source.id, woken[-1])
+        if isinstance(woken[0], BaseException):
+            await self.end_paused(fork, V.DELETED, "its fork could not be restored")
+            self.registry.forget(fork.id)
+            shutil.rmtree(fork.dir, ignore_errors=True)
+            raise woken[0]
+        return fork
+
+    async def _lay_out_fork(self, source: Handle, was_running: bool, request: dict, ttl: int, max_life: int,
+                            owner: int | None) -> Handle:
+        """Pause the source if it runs and lay out its fork as a paused sandbox, holding the
+        source's restore lock: nothing may restore (and write to) the source meanwhile."""
+        async with self.waking.setdefault(source.id, asyncio.Lock()):
+            if was_running:
+                try:
+                    await self.pause(source)
+                except ApiError as exc:  # the pause's refusal (busy, not_running, ...), said as the fork's
+                    exc.message = f"the fork needs a checkpoint of sandbox {source.id}, and {exc.message}"
+                    raise
+            if source.record.get("state") != V.PAUSED or source.supervisor_alive():
+                raise ApiError(503, "unavailable", f"sandbox {source.id} did not come to rest after its checkpoint")
+            fork_id = new_sandbox_id(self.config.node_id)
+            d = self.state_dir.sandbox(fork_id)
+            try:
+                _, record = await asyncio.to_thread(forking.lay_out, source.dir, d, fork_id, ttl=ttl,
+                                                    max_life=max_life, metadata=request.get("metadata"))
+            except (OSError, RuntimeError) as exc:
+                shutil.rmtree(d, ignore_errors=True)
+                raise ApiError(503, "unavailable", f"the fork could not be laid out: {exc}") from None
+        fork = Handle(fork_id, d, source.image, source.uid, record=record)
+        self.registry.live[fork_id] = fork
+        self.registry.tenancy.record(fork_id, d, owner, None)
+        return fork
+
+    def resting(self, handle: Handle) -> bool:
+        """Paused with no supervisor: ended by removing files, not by asking a process."""
+        return handle.record.get("state") == V.PAUSED and not handle.supervisor_alive()
+
+    async def end_paused(self, handle: Handle, state: str, message: str) -> None:
+        """End a paused sandbox: nothing runs, so its record, checkpoint and workspace go."""
+        record = handle.saved_record()
+        V.advance(record, state, end_message=message)
+        record["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        statefile.write_json(os.path.join(handle.dir, "state.json"), record)
+        await asyncio.to_thread(checkpoints.discard, handle.dir)
+        self.registry.live.pop(handle.id, None)
+        self.waking.pop(handle.id, None)
+        self.registry.bury(handle.id, record, handle.dir)

@@ -1,0 +1,107 @@
+"""Where a sandbox server listens, and how a client reaches it: one rule for the kernel, the
+Python client and every CLI command.
+
+A server always listens on the unix socket of its state directory (``STATE/server.sock``,
+mode 0600), and on TCP only when asked (``serve --port``/``--host``). A client that knows a
+state directory therefore reaches that directory's server and no other: two users, or two
+state directories of one user, never meet, and the socket's file permissions are the
+authentication (the server also checks the caller's uid, see sandbox/service/auth.py).
+
+The order, the same everywhere:
+
+1. an explicit URL: an argument (``--url``), else ``SANDBOX_KERNEL_URL`` when no state
+   directory was given explicitly;
+2. the state directory: an argument (``--state-dir``), else ``SANDBOX_KERNEL_STATE_DIR``,
+   else the default (``/var/lib/sandbox-kernel`` for root, ``~/.local/share/sandbox-kernel``
+   otherwise): its socket.
+
+URLs are ``http://HOST:PORT`` (TCP, with the bearer token) or ``unix:/path/to/server.sock``.
+Nothing ever falls back from one server to another: an unreachable endpoint is an error
+that names it.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from dataclasses import dataclass
+
+import httpx
+
+from ..common.paths import SOCKET_NAME, default_state_dir
+
+UNIX_SCHEME = "unix:"
+# What httpx puts in the Host header over a unix socket: any name will do, none is resolved.
+SOCKET_BASE_URL = "http://sandbox-kernel"
+# sockaddr_un's sun_path holds 108 bytes with the terminating NUL.
+MAX_SOCKET_PATH = 107
+
+
+class EndpointError(ValueError):
+    """A URL or socket path that cannot name a server; the message says why."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A server's address: a unix socket path, or a TCP base URL."""
+
+    url: str
+    socket: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The base URL for httpx requests."""
+        return SOCKET_BASE_URL if self.socket else self.url
+
+    def describe(self) -> str:
+        """For messages: what was tried, so the user can tell which server it was."""
+        return f"unix socket {self.socket}" if self.socket else self.url
+
+    def transport(self) -> httpx.HTTPTransport | None:
+        return httpx.HTTPTransport(uds=self.socket) if self.socket else None
+
+    def async_transport(self) -> httpx.AsyncHTTPTransport | None:
+        return httpx.AsyncHTTPTransport(uds=self.socket) if self.socket else None
+
+
+def unix(path: str | os.PathLike) -> Endpoint:
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise EndpointError(
+            f"the socket path {path} is longer than the {MAX_SOCKET_PATH} bytes a unix socket address holds; "
+            "choose a shorter state directory"
+        )
+    return Endpoint(UNIX_SCHEME + path, path)
+
+
+def parse_url(url: str) -> Endpoint:
+    """``unix:/path``, ``unix:///path`` or ``http(s)://host[:port]``."""
+    url = url.strip()
+    if url.startswith(UNIX_SCHEME):
+        path = url[len(UNIX_SCHEME):]
+        if path.startswith("//"):
+            path = path[2:]
+        if not path.startswith("/"):
+            raise EndpointError(f"{url!r}: a unix socket URL needs an absolute path, e.g. unix:/run/sandbox-kernel/server.sock")
+        return unix(path)
+    parts = httpx.URL(url)
+    if parts.scheme not in ("http", "https") or not parts.host:
+        raise EndpointError(f"{url!r} is not a server URL: use http://HOST:PORT or unix:/path/to/server.sock")
+    return Endpoint(url.rstrip("/"))
+
+
+def of_state_dir(state_dir: str | os.PathLike) -> Endpoint:
+    """The socket of a state directory's server."""
+    return unix(pathlib.Path(state_dir).expanduser().absolute() / SOCKET_NAME)
+
+
+def find(url: str | None = None, state_dir: str | os.PathLike | None = None) -> Endpoint:
+    """The endpoint by the order in the module docstring."""
+    if url:
+        return parse_url(url)
+    if state_dir:
+        return of_state_dir(state_dir)
+    env_url = os.environ.get("SANDBOX_KERNEL_URL", "").strip()
+    if env_url:
+        return parse_url(env_url)
+    return of_state_dir(default_state_dir())
