@@ -114,6 +114,20 @@ def _a_circle_in(group: set[str], graph: dict[str, set[str]]) -> list[str]:
     raise AssertionError(f"no circle through {start} in {sorted(group)}")
 
 
+def layer_breaches(graph: dict[str, set[str]], forbidden: dict[str, tuple[str, ...]]) -> list[str]:
+    """Each import from a layer into one it must not import, as ``module -> module``.
+    ``forbidden`` maps a package (``sandbox.core``) to the packages its modules may not import
+    (a module is in a package when its dotted name is the package's or starts with it and a dot)."""
+
+    def within(module: str, package: str) -> bool:
+        return module == package or module.startswith(package + ".")
+
+    return sorted(f"{module} -> {target}"
+                  for layer, banned in forbidden.items()
+                  for module, targets in graph.items() if within(module, layer)
+                  for target in targets if any(within(target, b) for b in banned))
+
+
 def oversized(limit_class: int, limit_function: int, root: pathlib.Path = REPO,
               packages: tuple[str, ...] = PACKAGES) -> list[str]:
     """Each class longer than ``limit_class`` lines and function longer than ``limit_function``,

@@ -4,13 +4,46 @@ depend on its core, the gateway's relay on its exchange on its pool, never back)
 
 from __future__ import annotations
 
-from architecture import circles, import_graph
+from architecture import circles, import_graph, layer_breaches
+
+HOST = ("sandbox.common", "sandbox.core", "sandbox.service", "sandbox.images", "sandbox.isolation",
+        "sandbox.supervisor", "sandbox.usage", "sandbox.egress", "sandbox.gateway", "sandbox.client",
+        "sandbox.cli", "sandbox.agents", "kernel")
+ABOVE_THE_CORE = ("sandbox.service", "sandbox.gateway", "sandbox.cli", "sandbox.agents", "sandbox.client", "kernel")
+# What each layer may not import (README, "What is where"; each package's docstring says the same).
+FORBIDDEN = {
+    # copied into every sandbox and run there: nothing of the host side
+    "sandbox.runtime": HOST,
+    # shared by every layer, so it leans on none
+    "sandbox.common": tuple(p for p in HOST if p != "sandbox.common") + ("sandbox.runtime",),
+    # the HTTP edge calls down into the core; nothing below it calls up
+    "sandbox.core": ABOVE_THE_CORE,
+    "sandbox.supervisor": ABOVE_THE_CORE,
+    "sandbox.usage": ABOVE_THE_CORE,
+    "sandbox.egress": ABOVE_THE_CORE,
+    # how a sandbox is walled in and what it mounts know nothing of sandboxes' lifecycle
+    "sandbox.isolation": ABOVE_THE_CORE + ("sandbox.core", "sandbox.supervisor", "sandbox.usage", "sandbox.egress"),
+    "sandbox.images": ABOVE_THE_CORE + ("sandbox.core", "sandbox.supervisor", "sandbox.usage", "sandbox.egress"),
+}
 
 
 def test_no_import_circle_in_sandbox_and_kernel():
     found = circles(import_graph())
     assert not found, "import circles (break each with a small Protocol or by passing what is needed):\n" + \
         "\n".join(" -> ".join(circle) for circle in found)
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    breaches = layer_breaches(import_graph(), FORBIDDEN)
+    assert not breaches, "imports against the layering (move the code, or pass what is needed down):\n" + \
+        "\n".join(breaches)
+
+
+def test_a_layer_breach_is_named():
+    """The check itself: an upward import is named, a downward one and a look-alike name are not."""
+    graph = {"pkg.core.a": {"pkg.service.api", "pkg.common.x"}, "pkg.core_extra": {"pkg.service"},
+             "pkg.service.api": {"pkg.core.a"}}
+    assert layer_breaches(graph, {"pkg.core": ("pkg.service",)}) == ["pkg.core.a -> pkg.service.api"]
 
 
 def test_the_graph_sees_relative_lazy_and_type_only_imports(tmp_path):
