@@ -45,7 +45,7 @@ from pydantic import Field, PrivateAttr
 from ..client import (AsyncSandbox, FileInfo, InvalidRequest, Sandbox, SandboxError, SandboxGone, SandboxNotFound,
                       resolve)
 from ..runtime import vocabulary as V
-from .transcript import MAX_TEXT_CHARS, READ_MAX_BYTES, Transcript, cap, read_refusal
+from .transcript import MAX_TEXT_CHARS, READ_MAX_BYTES, Transcript, agent_usage, cap, read_refusal
 
 __all__ = ["SandboxCodeExecutor", "sandbox_tools"]
 
@@ -354,8 +354,8 @@ class SandboxCodeExecutor(BaseCodeExecutor):
 
 
 def sandbox_tools(sbx: Sandbox | AsyncSandbox, *, timeout_seconds: float | None = 600) -> list[FunctionTool]:
-    """ADK function tools over one sandbox: run_code, run_command, read_file, write_file and
-    list_files. The sandbox keeps its state between calls; the caller owns its lifetime.
+    """ADK function tools over one sandbox: run_code, run_command, read_file, write_file,
+    list_files and sandbox_usage. The sandbox keeps its state between calls; the caller owns its lifetime.
     The tools take no sandbox id: the model reaches this sandbox only. Create it with a
     scoped config (``ServerConfig.scope``) to have the server hold the agent to it as well.
 
@@ -411,7 +411,13 @@ def sandbox_tools(sbx: Sandbox | AsyncSandbox, *, timeout_seconds: float | None 
         files = await call(sbx.files.list)
         return {"files": [{"path": f.path, "size": f.size, "type": f.type} for f in files]}
 
-    functions: list[t.Callable[..., t.Any]] = [run_code, read_file, write_file, list_files]
+    async def sandbox_usage() -> dict[str, t.Any]:
+        """What the sandbox uses now: CPU seconds, memory now and at its peak, its memory
+        limit, and disk used in /workspace (bytes; None before the first sample). Call it
+        before loading more data when memory may be near the limit."""
+        return agent_usage(await call(sbx.refresh))
+
+    functions: list[t.Callable[..., t.Any]] = [run_code, read_file, write_file, list_files, sandbox_usage]
     if hasattr(sbx, "commands"):
         functions.insert(1, run_command)
     return [FunctionTool(fn) for fn in functions]

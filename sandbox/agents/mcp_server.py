@@ -41,7 +41,7 @@ from mcp.types import CallToolResult, ImageContent, TextContent
 
 from ..client import AsyncSandbox, InvalidRequest, SandboxError, ServerConfig, resolve
 from ..runtime import vocabulary as V
-from .transcript import READ_MAX_BYTES, Transcript, cap, read_refusal
+from .transcript import READ_MAX_BYTES, Transcript, agent_usage, cap, read_refusal
 
 __all__ = ["SandboxMCP", "build_server", "serve_http", "serve_stdio"]
 
@@ -233,13 +233,6 @@ class Tools:
 
 TOOL_NAMES = ("create_sandbox", "list_sandboxes", "delete_sandbox", "run_code", "run_command", "write_file",
               "read_file", "list_files")
-
-
-def agent_usage(info: t.Any) -> dict[str, t.Any]:
-    """What an agent is told of a sandbox's resource use: enough to see memory running out."""
-    usage = info.usage or {}
-    return {k: usage.get(k) for k in ("cpu_seconds", "memory_bytes", "memory_peak_bytes", "disk_bytes")} | {
-        "memory_limit_bytes": info.limits.memory_mb * 1024 * 1024 if info.limits.memory_mb else None}
 
 
 def build_server(state: SandboxMCP, *, with_commands: bool | None = None) -> MCPServer:

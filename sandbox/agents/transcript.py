@@ -46,6 +46,15 @@ def read_refusal(exc: "SandboxError") -> str | None:
             "with run_code (e.g. open(path).read(10000))")
 
 
+def agent_usage(info: t.Any) -> dict[str, t.Any]:
+    """What an agent is told of a sandbox's resource use (MCP's ``list_sandboxes``, ADK's
+    ``sandbox_usage``): enough for a model to see memory running out before the
+    out-of-memory end wipes its variables. A figure the server has not sampled yet is None."""
+    usage = info.usage or {}
+    return {k: usage.get(k) for k in ("cpu_seconds", "memory_bytes", "memory_peak_bytes", "disk_bytes")} | {
+        "memory_limit_bytes": info.limits.memory_mb * 1024 * 1024 if info.limits.memory_mb else None}
+
+
 def cap(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     """At most ``limit`` characters: the head and the tail, with the cut said in between."""
     if len(text) <= limit:

@@ -294,7 +294,8 @@ def test_expired_session_sandbox_is_replaced_and_said(sandbox_server: support.Se
 
 
 def test_function_tools_drive_one_sandbox(sandbox_server: support.Server) -> None:
-    """An agent with the five function tools (no code executor): write, run, list, read."""
+    """An agent with the function tools (no code executor): write, run, list, read, and
+    what the sandbox uses (its memory below its limit)."""
     call = types.FunctionCall
     model = ScriptedModel(model="scripted-stand-in", replies=[
         call(name="write_file", args={"path": "notes/q.txt", "content": "clicks,impressions\n244658,24153312\n"}),
@@ -303,13 +304,14 @@ def test_function_tools_drive_one_sandbox(sandbox_server: support.Server) -> Non
         call(name="run_code", args={"code": "open('notes/a.txt', 'w').write(str(round(q.clicks[0] / q.impressions[0] * 100, 2)))"}),
         call(name="list_files", args={}),
         call(name="read_file", args={"path": "notes/a.txt"}),
+        call(name="sandbox_usage", args={}),
         lambda output: f"Done: {output}",
     ])
 
     async def main() -> tuple[str, list[dict]]:
         async with await AsyncSandbox.create(url=sandbox_server.url, token=sandbox_server.token) as sbx:
             tools = sandbox_tools(sbx)
-            assert {tl.name for tl in tools} >= {"run_code", "read_file", "write_file", "list_files"}
+            assert {tl.name for tl in tools} >= {"run_code", "read_file", "write_file", "list_files", "sandbox_usage"}
             agent = LlmAgent(name="tooluser", model=model, tools=tools)
             runner = InMemoryRunner(agent=agent, app_name=APP)
             session = await runner.session_service.create_session(app_name=APP, user_id=USER)
@@ -320,12 +322,15 @@ def test_function_tools_drive_one_sandbox(sandbox_server: support.Server) -> Non
             return final, responses
 
     final, responses = asyncio.run(main())
-    assert len(responses) == 5, responses
+    assert len(responses) == 6, responses
     assert responses[1]["exit_code"] == 0 and responses[1]["stdout"].strip() == "1.01", responses
     assert responses[2]["exit_code"] == 0, responses
     assert {"path": "notes/a.txt", "size": 4, "type": "file"} in responses[3]["files"], responses
     assert responses[4]["content"] == "1.01"
-    assert "1.01" in final
+    usage = responses[5]  # pandas is loaded: tens of MB, below the sandbox's limit
+    assert 10 * 2**20 < usage["memory_bytes"] < usage["memory_limit_bytes"], usage
+    assert usage["cpu_seconds"] > 0, usage
+    assert final.startswith("Done: ") and "memory_limit_bytes" in final  # the last answer reached the model
 
 
 @pytest.mark.slow
