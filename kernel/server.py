@@ -24,6 +24,7 @@ import time
 import typing as t
 from urllib.parse import urlsplit
 
+from sandbox.common.processes import pid_alive
 from sandbox.core.config import DEFAULT_PORT
 from sandbox.service.endpoint import Endpoint
 from sandbox.service.server_process import ServerProcess, ServerStartError, is_healthy, log_tail, serve_command, wait_healthy
@@ -39,21 +40,6 @@ StatusCallback = t.Callable[[str], None]
 # Started servers, kept referenced so that Popen does not warn about a child still
 # running when it is garbage-collected: the child is meant to outlive us.
 _started: list[ServerProcess] = []
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        # A zombie (our own exited child not yet reaped) is not a server.
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def _read_pid(path: pathlib.Path) -> int | None:
@@ -124,7 +110,7 @@ def ensure_server(
             pid_path = sdir / PID_NAME
             pid = _read_pid(pid_path)
             server: ServerProcess | None = None
-            if pid is None or not _pid_alive(pid):
+            if pid is None or not pid_alive(pid):
                 # A previous starter may have died while its server was still building the
                 # image; only when that server is gone do we start another.
                 status("starting the sandbox server")
@@ -139,7 +125,7 @@ def ensure_server(
             def gone() -> str | None:
                 if server is not None:
                     return server.exited()
-                return None if pid is None or _pid_alive(pid) else "stopped"
+                return None if pid is None or pid_alive(pid) else "stopped"
 
             def progress(elapsed: float) -> None:
                 status(f"starting the sandbox server ({elapsed:.0f} s; the first start builds the sandbox image): "

@@ -23,6 +23,7 @@ import tempfile
 import uvicorn
 import uvloop
 
+from ..common.processes import pid_alive
 from .app import build_gateway_app
 from .config import GatewayConfig
 from .discovery import DnsNodes, StaticNodes, split_host_port
@@ -51,20 +52,10 @@ def remove_stale_private_dirs(tmp: str | None = None) -> list[str]:
             info = os.lstat(path)
         except OSError:
             continue
-        if pid.isdigit() and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not _running(int(pid)):
+        if pid.isdigit() and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def node_source(config: GatewayConfig):

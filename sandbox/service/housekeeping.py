@@ -26,6 +26,7 @@ import time
 
 from ..common import statefile
 from ..common.paths import StateDir, is_supervisor_of
+from ..common.processes import pid_alive
 
 
 def _cmdline(pid: int) -> list[bytes]:
@@ -36,20 +37,12 @@ def _cmdline(pid: int) -> list[bytes]:
         return []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def running_server(state: StateDir) -> dict | None:
     """``server.json`` of the server running on this state directory, or None (no file, or
     its pid is gone or is no longer a sandbox server)."""
     record = statefile.read_json(state.server_file) or {}
     pid = record.get("pid")
-    if not isinstance(pid, int) or not _alive(pid):
+    if not isinstance(pid, int) or not pid_alive(pid):
         return None
     cmd = _cmdline(pid)
     if b"serve" not in cmd or not any(b"sandbox" in part for part in cmd):
@@ -66,7 +59,7 @@ def stop_server(state: StateDir, timeout: float = 60.0) -> dict | None:
     pid = record["pid"]
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while pid_alive(pid):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the sandbox server (pid {pid}) did not stop within {timeout:.0f} s; "
                                f"`kill -9 {pid}` ends it (its sandboxes run on)")
@@ -84,7 +77,7 @@ def live_sandboxes(state: StateDir) -> dict[str, int]:
     for sandbox_id in names:
         d = state.sandbox(sandbox_id)
         pid = (statefile.read_json(os.path.join(d, "state.json")) or {}).get("supervisor_pid")
-        if isinstance(pid, int) and _alive(pid) and is_supervisor_of(pid, d):
+        if isinstance(pid, int) and pid_alive(pid) and is_supervisor_of(pid, d):
             found[sandbox_id] = pid
     return found
 
@@ -137,7 +130,7 @@ def purge(state: StateDir, force: bool = False) -> list[str]:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in live.values()) and time.monotonic() < deadline:
+        while any(pid_alive(pid) for pid in live.values()) and time.monotonic() < deadline:
             time.sleep(0.1)
     points = mounts_under(state.root)
     for point in points:
