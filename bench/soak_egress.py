@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 import typing as t
-from concurrent.futures import ThreadPoolExecutor
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -28,9 +27,7 @@ if __package__ in (None, ""):
 
 from bench.harness import (DEFAULT_STATE_DIR, BenchServer, create, delete, done_of, execute, loadavg,  # noqa: E402
                            ratio, summary)
-
-WORKERS = 10
-CELL = "total = sum(i * i for i in range(20000))\nprint(total % 97)"
+from bench.soak import WORKERS, run_cell, run_workers  # noqa: E402
 
 ATTACK = '''
 import os, socket, time
@@ -75,23 +72,8 @@ print("attack over")
 
 def run_cells(server: BenchServer, sandbox_ids: list[str], cells: int) -> tuple[list[float], list[str]]:
     """Every worker runs ``cells`` cells in sequence; all workers at once."""
-    def worker(sandbox_id: str) -> tuple[list[float], list[str]]:
-        times, errors = [], []
-        with server.client(timeout=120) as c:
-            for _ in range(cells):
-                t0 = time.perf_counter()
-                try:
-                    done = done_of(execute(c, sandbox_id, CELL))
-                    if done.get("status") != "ok":
-                        errors.append(f"cell: {done.get('status')}")
-                except Exception as exc:  # a refused or broken call is what this measures
-                    errors.append(f"{type(exc).__name__}: {str(exc)[:120]}")
-                times.append(time.perf_counter() - t0)
-        return times, errors
-
-    with ThreadPoolExecutor(len(sandbox_ids)) as pool:
-        results = list(pool.map(worker, sandbox_ids))
-    return [x for r, _ in results for x in r], [e for _, es in results for e in es]
+    out = run_workers(server, sandbox_ids, cells, {"cell": run_cell})
+    return out["cell"], out["errors"]
 
 
 def attacked_round(server: BenchServer, cells: int, workers: list[str], duration: float) -> dict[str, t.Any]:

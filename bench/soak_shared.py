@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 import typing as t
-from concurrent.futures import ThreadPoolExecutor
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -35,10 +34,11 @@ if __package__ in (None, ""):
 
 from bench.harness import (DEFAULT_STATE_DIR, BenchServer, create, delete, done_of, execute, loadavg,  # noqa: E402
                            ratio, summary)
+from bench.soak import WORKERS, list_files, run_cell, run_workers  # noqa: E402
 
-WORKERS = 10
 SPARE = 6  # sandboxes the capacity attacker may still take
-CELL = "total = sum(i * i for i in range(20000))\nprint(total % 97)"
+# What each of the others does, round after round, while the attack runs.
+CALLS = {"cell": run_cell, "listing": list_files}
 
 REFILL = '''
 import os, multiprocessing, time
@@ -69,35 +69,6 @@ while time.monotonic() < end:
     n += 1
 raise ValueError("q" * 10_000_000)  # trimmed in the sandbox, sent as an error of a few KB
 '''
-
-
-def run_workers(server: BenchServer, sandbox_ids: list[str], cells: int) -> dict[str, list]:
-    """Every worker runs ``cells`` (cell, listing) pairs in sequence; all workers at once."""
-    def worker(sandbox_id: str) -> dict[str, list]:
-        out: dict[str, list] = {"cell": [], "listing": [], "errors": []}
-        with server.client(timeout=120) as c:
-            for _ in range(cells):
-                t0 = time.perf_counter()
-                try:
-                    done = done_of(execute(c, sandbox_id, CELL))
-                    if done.get("status") != "ok":
-                        out["errors"].append(f"cell: {done.get('status')}")
-                except Exception as exc:  # a refused or broken call is what this measures
-                    out["errors"].append(f"cell {type(exc).__name__}: {str(exc)[:120]}")
-                t1 = time.perf_counter()
-                try:
-                    r = c.get(f"/v1/sandboxes/{sandbox_id}/files")
-                    if r.status_code != 200:
-                        out["errors"].append(f"listing: {r.status_code} {r.text[:120]}")
-                except Exception as exc:
-                    out["errors"].append(f"listing {type(exc).__name__}: {str(exc)[:120]}")
-                out["cell"].append(t1 - t0)
-                out["listing"].append(time.perf_counter() - t1)
-        return out
-
-    with ThreadPoolExecutor(len(sandbox_ids)) as pool:
-        results = list(pool.map(worker, sandbox_ids))
-    return {k: [x for r in results for x in r[k]] for k in ("cell", "listing", "errors")}
 
 
 class Attack:
@@ -203,12 +174,12 @@ def soak(server: BenchServer, name: str, workers: list[str], cells: int, rounds:
     attacked: dict[str, list] = {"cell": [], "listing": [], "errors": []}
     notes = []
     for _ in range(rounds):
-        for k, v in run_workers(server, workers, cells).items():
+        for k, v in run_workers(server, workers, cells, CALLS).items():
             quiet[k] += v
         attack = ATTACKS[name](server)
         attack.start()
         time.sleep(2)  # the attack under way before the others start
-        for k, v in run_workers(server, workers, cells).items():
+        for k, v in run_workers(server, workers, cells, CALLS).items():
             attacked[k] += v
         notes.append(attack.finish())
     out: dict[str, t.Any] = {"attack": notes, "load": loadavg()}
@@ -235,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict[str, t.Any]:
     try:
         with server.client(timeout=300) as c:
             workers = [create(c)["id"] for _ in range(WORKERS)]
-            run_workers(server, workers, 2)  # warm
+            run_workers(server, workers, 2, CALLS)  # warm
             for name in args.only.split(","):
                 report[name] = soak(server, name, workers, args.cells, args.rounds)
                 print(json.dumps({name: report[name]}, indent=1, default=str), flush=True)
