@@ -16,6 +16,7 @@ from . import capacity
 from .config import ServiceConfig
 from ..common.errors import ApiError
 from ..isolation import host as host_paths
+from .handles import Handle
 from .registry import Registry
 from ..runtime import vocabulary as V
 
@@ -74,6 +75,18 @@ class CapacityLedger:
         (or, on a shared server, ``owner``'s share cannot)."""
         capacity.check(self.config, self.host(), limits, ttl, max_life, self.usage(), user=owner,
                        user_used=None if owner is None else self.usage(owner))
+
+    def check_restore(self, handle: Handle) -> None:
+        """Raise the 409 of ``capacity.check_room`` when a paused sandbox's restore would not
+        fit: in all, or in its owner's share on a shared server. It holds its disk and its
+        place among the sandboxes while paused, so it wants back only its memory, CPUs and
+        processes."""
+        limits = {key: (handle.record.get("limits") or {}).get(key) or 0 for key in capacity.RESOURCES}
+        want = {**{key: float(limits[key]) for key in capacity.RESOURCES}, "disk_mb": 0.0, "sandboxes": 0}
+        owner = self.registry.tenancy.owner_of(handle.id)
+        capacity.check_room(self.config, self.host(), limits, want, self.usage(), owner,
+                            None if owner is None else self.usage(owner), what=f"the paused sandbox {handle.id} "
+                            "to be restored (it stays paused; delete another sandbox to make room)")
 
     @contextlib.contextmanager
     def reserving(self, limits: dict, owner: int | None = None):

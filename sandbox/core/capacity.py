@@ -18,7 +18,9 @@ says what is allowed:
   total, so that one user cannot take all and leave the others ``0 free``.
 
 A paused sandbox holds its disk and its checkpoint (runsc's image of its memory, often
-hundreds of MB), which counts against ``disk_mb`` like a workspace.
+hundreds of MB), which counts against ``disk_mb`` like a workspace. Its restore is checked
+like a create, for what it gave back while paused (memory, CPUs, processes): if others took
+that meanwhile, the restore is refused with the same 409 and the sandbox stays paused.
 
 Warm-pool sandboxes are idle stand-ins made with the default limits: they count once
 claimed. `/v1/info` reports the same numbers, for a placement layer that picks the server
@@ -155,8 +157,16 @@ def check(config, host: Host, limits: dict, ttl: int, max_life: int, used: dict,
                          f"{v['set_by']})" for k, v in over.items())
         raise ApiError(422, "limit_exceeded", text, extra={"exceeded": over, "allowed": maxima})
 
-    caps = totals(config, host)
     want = {**{key: float(limits[key]) for key in RESOURCES}, "sandboxes": 1}
+    check_room(config, host, limits, want, used, user, user_used)
+
+
+def check_room(config, host: Host, limits: dict, want: dict, used: dict, user: int | None = None,
+               user_used: dict | None = None, what: str = "the sandbox") -> None:
+    """Refuse (409) when ``want`` more does not fit in the totals, or in ``user``'s share of
+    them on a shared server. A create wants all its limits and one place among the sandboxes;
+    a paused sandbox's restore wants only what it gave back while paused (see ``held``)."""
+    caps = totals(config, host)
     if user is not None and user_used is not None and getattr(config, "multi_user", False) and config.user_share < 1:
         check_share(config, caps, want, limits, user, user_used, used)
     short = {}
@@ -167,7 +177,7 @@ def check(config, host: Host, limits: dict, ttl: int, max_life: int, used: dict,
         text = "; ".join(f"{k} {v['requested']} does not fit: {v['free']} free" +
                          (f" of {v['total']}" if v["total"] is not None else "") for k, v in short.items())
         free = report(config, host, used)
-        raise ApiError(409, "capacity_exceeded", f"this server has no room for the sandbox: {text}",
+        raise ApiError(409, "capacity_exceeded", f"this server has no room for {what}: {text}",
                        extra={"exceeded": short, "free": {k: v["free"] for k, v in free.items()}})
 
 

@@ -62,6 +62,7 @@ class PauseResume:
         async with lock:
             if handle.record.get("state") != V.PAUSED:
                 return None
+            self.ledger.check_restore(handle)
             checkpoint = handle.record.get("checkpoint") or {}
             log.info("restoring paused sandbox %s", handle.id)
             ready = await self.launcher.start_supervisor(handle, "--restore")
