@@ -42,6 +42,38 @@ def test_the_client_works_unchanged_through_the_gateway(gateway):
         Sandbox.connect(sandbox_id, url=gateway.url, token=gateway.token).refresh()
 
 
+def test_an_agents_scope_holds_through_the_gateway(gateway):
+    """The gateway passes Sandbox-Scope on (its create, its listing and its byte relay), so
+    the node's rule holds behind it: an agent reaches its own sandboxes only, not the user's
+    notebook sandbox nor another agent's, which answer as unknown ids (404) and are not listed.
+    Control: the scope that made a sandbox, and the unscoped user, reach it."""
+    def scoped(scope: str | None) -> httpx.Client:
+        client = gateway.client()
+        if scope:
+            client.headers["Sandbox-Scope"] = scope
+        return client
+
+    with scoped("agent-a") as agent_a, scoped("agent-b") as agent_b, scoped(None) as user:
+        mine = support.create(agent_a, ttl_seconds=300)["id"]
+        users = support.create(user, ttl_seconds=300)["id"]
+        try:
+            for sandbox_id in (mine, users):
+                assert agent_b.get(f"/v1/sandboxes/{sandbox_id}").status_code == 404
+                refused = agent_b.post(f"/v1/sandboxes/{sandbox_id}/execute", json={"code": "1"})
+                assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found", refused.text
+            assert agent_a.get(f"/v1/sandboxes/{users}").status_code == 404
+            listed_b = {s["id"] for s in agent_b.get("/v1/sandboxes").json()["sandboxes"]}
+            assert not {mine, users} & listed_b, listed_b
+            # Control: its own scope and the user reach it, through the listing and the relay.
+            assert mine in {s["id"] for s in agent_a.get("/v1/sandboxes").json()["sandboxes"]}
+            assert {mine, users} <= {s["id"] for s in user.get("/v1/sandboxes").json()["sandboxes"]}
+            events = support.stream_events(agent_a, "POST", f"/v1/sandboxes/{mine}/execute", json={"code": "6 * 7"})
+            assert any(e.get("data", {}).get("text/plain") == "42" for e in events), events
+        finally:
+            for sandbox_id in (mine, users):
+                user.delete(f"/v1/sandboxes/{sandbox_id}")
+
+
 @pytest.mark.slow
 def test_a_full_node_freed_behind_the_gateways_back_takes_the_next_sandbox(node, rarely_refreshing_gateway):
     """A gateway that refreshes rarely still places a sandbox on a node that was full in its
