@@ -314,6 +314,34 @@ def test_one_user_cannot_take_the_capacity_of_others(users, client_script, sandb
         assert bobs["status"] == 409 and "0 free" in bobs["body"]["error"]["message"], bobs
 
 
+def test_one_user_cannot_spend_the_secret_room_of_others(users, client_script, sandbox_server):
+    """Red team: alice registers secrets until refused (secrets_max_per_user 2): a 409
+    limit_exceeded with the caps, and a value past the size cap a 422; replacing one of hers
+    by its name still works. Bob, at the same time, registers his two under the same names:
+    each user's secrets are their own, counted and listed apart."""
+    def put(user: str, sock: pathlib.Path, name: str, value: str = "sk-test") -> dict:
+        return as_user(user, client_script, sock, "PUT", f"/v1/secrets/{name}", {"value": value, "hosts": ["api.example"]})
+
+    alice, bob = users
+    with small_shared_server(sandbox_server, "secrets_max_per_user=2", "secrets_max_value_bytes=64") as server:
+        sock = server.state_dir / "server.sock"
+        assert [put(alice, sock, n)["status"] for n in ("one", "two")] == [200, 200]
+        third = put(alice, sock, "three")
+        assert third["status"] == 409 and third["body"]["error"]["code"] == "limit_exceeded", third
+        assert third["body"]["error"]["limits"]["max_secrets"] == 2, third
+        big = put(alice, sock, "one", "x" * 65)
+        assert big["status"] == 422 and big["body"]["error"]["code"] == "limit_exceeded", big
+        assert put(alice, sock, "one", "sk-replaced")["status"] == 200
+        # Control: bob's room is his own, though alice is at her cap and uses the same names.
+        assert [put(bob, sock, n)["status"] for n in ("one", "two")] == [200, 200]
+        assert put(bob, sock, "three")["status"] == 409
+        listed = {u: sorted(s["name"] for s in as_user(u, client_script, sock, "GET", "/v1/secrets")["body"]["secrets"])
+                  for u in (alice, bob)}
+        assert listed == {alice: ["one", "two"], bob: ["one", "two"]}, listed
+        assert as_user(bob, client_script, sock, "DELETE", "/v1/secrets/one")["status"] == 200
+        assert put(alice, sock, "three")["status"] == 409  # bob's delete freed bob's room, not alice's
+
+
 PEEK = '''
 import json, os, sys
 needle, paths = json.load(sys.stdin)  # not on our own argv: the paths name the id too
