@@ -155,8 +155,9 @@ class EgressService:
             if uid is not None:
                 os.chown(packages, uid, uid)
             spec["packages"] = packages
-            env.update({"PIP_INDEX_URL": self.pip_index, "PIP_TARGET": PACKAGES, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                        "PIP_NO_INPUT": "1"})
+            # pip's own retries and timeout again (the sandbox's default is one quick attempt)
+            env.update({"PIP_INDEX_URL": self.pip_index, "PIP_TARGET": PACKAGES, "PIP_RETRIES": "5",
+                        "PIP_TIMEOUT": "15"})
         env.update(placeholders)
         spec["env"] = env
         return spec

@@ -227,6 +227,12 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
     return argv, [os.path.join(image["venv"], "bin", "python"), "-m", "sandbox_runtime", str(channel_fd)]
 
 
+# pip without a network: one attempt, no version check, no prompt. Its default is five
+# retries with back-off, each printing a warning before the failure and the hint
+# (runtime/hints.py); an egress policy that allows pip gives retries back (egress/service.py).
+NO_NETWORK_PIP = {"PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+
+
 def sandbox_environment(spec: dict) -> dict[str, str]:
     """The runtime's whole environment (every backend's: it starts from an empty one)."""
     image, limits = spec["image_info"], spec["limits"]
@@ -246,6 +252,7 @@ def sandbox_environment(spec: dict) -> dict[str, str]:
         "SANDBOX_OUTPUT_LIMIT": str(int(limits["output_bytes"])),
         "SANDBOX_MPLCACHE": MPLCACHE_MOUNT if image.get("mplcache") else "",
         "TERM": "xterm-256color",
+        **NO_NETWORK_PIP,
     }
 
 

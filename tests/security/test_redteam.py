@@ -104,7 +104,9 @@ GVISOR_ONLY_ETC = {"alternatives"}
 # decision about what a sandbox may see, so it should fail this suite until added
 SANDBOX_ENV = {"HOME", "USER", "LANG", "LC_ALL", "PATH", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE",
                "IPYTHONDIR", "MPLCONFIGDIR", "MPLBACKEND", "SANDBOX_PRELOAD", "SANDBOX_OUTPUT_LIMIT", "SANDBOX_MPLCACHE",
-               "TERM", "PWD"}
+               "TERM", "PWD",
+               # pip's one quick attempt without a network (isolation/bwrap.py, NO_NETWORK_PIP)
+               "PIP_RETRIES", "PIP_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_INPUT"}
 
 
 def outcome(number: int, name: str, text: str) -> None:
