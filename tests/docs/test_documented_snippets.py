@@ -16,44 +16,13 @@ from __future__ import annotations
 
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import typing as t
 
 import pytest
-from support import REPO, with_repo_on_path
-
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-CODE = {"python", "bash", "sh", "shell", "console"}
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
-COMMAND_LINE = re.compile(r"^(sandbox-kernel|import|from|python3?|curl|pip) ", re.M)  # code, not a diagram
-NOT_RUN = re.compile(r"<!--\s*not run:\s*(.*?)\s*-->\s*$")
-
-
-class Block(t.NamedTuple):
-    path: pathlib.Path
-    line: int
-    lang: str
-    code: str
-    not_run: str | None  # the reason, when marked
-
-    @property
-    def name(self) -> str:
-        return f"{self.path.relative_to(REPO)}:{self.line}"
-
-
-def blocks() -> list[Block]:
-    found = []
-    for path in DOCS:
-        text = path.read_text()
-        for match in FENCE.finditer(text):
-            line = text.count("\n", 0, match.start()) + 1
-            before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
-            marker = NOT_RUN.search(before)
-            found.append(Block(path, line, match[1], match[2], marker[1] if marker else None))
-    return found
-
+from docblocks import CODE, COMMAND_LINE, Block, blocks
+from support import with_repo_on_path
 
 RUN = [b for b in blocks() if b.lang in CODE and b.not_run is None]
 
