@@ -62,6 +62,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def jupyter_answers(base: str, token: str) -> bool:
+    """A Jupyter server at ``base`` answers its status route (False while it starts)."""
+    try:
+        return httpx.get(f"{base}/api/status", params={"token": token}, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def with_repo_on_path(env: dict[str, str]) -> dict[str, str]:
     """`env` with this checkout on PYTHONPATH, for child processes (servers, kernels)."""
     return source_env(env)

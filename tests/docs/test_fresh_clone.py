@@ -44,8 +44,8 @@ import pytest
 import testrun
 from docblocks import readme_run_line
 from jupyter_client import BlockingKernelClient
-from support import (REPO, command, free_port, pid_alive, processes_of, real_uid, run_cell, sandbox_ids, sweep,
-                     wait_for)
+from support import (REPO, command, free_port, jupyter_answers, pid_alive, processes_of, real_uid, run_cell,
+                     sandbox_ids, sweep, wait_for)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -189,13 +189,8 @@ def test_readme_first_day_from_a_fresh_clone(newcomer: Newcomer, tmp_path: pathl
                                stdin=subprocess.DEVNULL, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        def lab_up() -> bool:
-            try:
-                return httpx.get(f"{base}/api/status", params={"token": token}, timeout=5).status_code == 200
-            except httpx.HTTPError:
-                return lab.poll() is not None  # ended: said below
-
-        assert wait_for(lab_up, 180, interval=0.5) and lab.poll() is None, log.read_text()[-5000:]
+        up = wait_for(lambda: jupyter_answers(base, token) or lab.poll() is not None, 180, interval=0.5)
+        assert up and lab.poll() is None, log.read_text()[-5000:]
         began = time.monotonic()
         kc = lab_kernel_client(who, base, token)
         try:

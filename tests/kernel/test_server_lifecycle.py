@@ -22,8 +22,8 @@ import time
 import httpx
 import pytest
 import testrun
-from support import (REPO, free_port, make_state_dir, pid_alive, processes_of, sandbox_ids, sweep, wait_for,
-                     with_repo_on_path)
+from support import (REPO, free_port, jupyter_answers, make_state_dir, pid_alive, processes_of, sandbox_ids, sweep,
+                     wait_for, with_repo_on_path)
 
 from sandbox.service import housekeeping
 from sandbox.service.endpoint import unix
@@ -98,13 +98,7 @@ def test_lab_stops_the_server_its_kernels_started(own_images_state, tmp_path):
                            cwd=str(REPO), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        def lab_up() -> bool:
-            try:
-                return httpx.get(f"{base}/api/status", params={"token": token}, timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        assert wait_for(lab_up, 90), "JupyterLab did not come up"
+        assert wait_for(lambda: jupyter_answers(base, token), 90), "JupyterLab did not come up"
         r = httpx.post(f"{base}/api/kernels", params={"token": token}, json={"name": "sandbox"}, timeout=30)
         assert r.status_code == 201, r.text
         # The kernel claims its sandbox at start, starting the state directory's server.
