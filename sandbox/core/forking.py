@@ -32,6 +32,7 @@ from ..isolation import checkpoints
 from ..common import statefile
 from ..isolation import gvisor, host
 from ..runtime import vocabulary as V
+from ..common.timeline import Timeline
 
 # Fields of the source's record that describe its own life, not the state it holds.
 _OWN_LIFE = ("supervisor_pid", "cgroup_dirs", "restore_error", "restored_in_seconds", "exit_code", "ended_at",
@@ -39,8 +40,11 @@ _OWN_LIFE = ("supervisor_pid", "cgroup_dirs", "restore_error", "restored_in_seco
 
 
 def lay_out(source_dir: str, fork_dir: str, fork_id: str, *, ttl: int, max_life: int,
-            metadata: dict | None) -> tuple[dict, dict]:
-    """Write the fork's directory from its paused source's; return its spec and record."""
+            metadata: dict | None, timeline: Timeline | None = None) -> tuple[dict, dict]:
+    """Write the fork's directory from its paused source's; return its spec and record.
+    ``timeline`` gets a step per part (workspace, checkpoint, bundle and records)."""
+    timeline = timeline or Timeline("fork")
+    timeline.restart()
     spec = statefile.read_json(os.path.join(source_dir, "spec.json"))
     record = statefile.read_json(os.path.join(source_dir, "state.json"))
     if spec is None or record is None or record.get("state") != V.PAUSED:
@@ -52,8 +56,10 @@ def lay_out(source_dir: str, fork_dir: str, fork_id: str, *, ttl: int, max_life:
     _copy(host.workspace_dir(source_dir), host.workspace_dir(fork_dir))
     if os.path.exists(host.workspace_image(source_dir)):
         _copy(host.workspace_image(source_dir), host.workspace_image(fork_dir))
+    timeline.mark("lay_out.copy_workspace")
     _run(["cp", "-al", checkpoints.image_path(source_dir), checkpoints.image_path(fork_dir)])
     _copy(checkpoints.record_path(source_dir), checkpoints.record_path(fork_dir))
+    timeline.mark("lay_out.link_checkpoint")
 
     spec.update(id=fork_id, workspace=host.workspace_dir(fork_dir), ttl_seconds=ttl, max_lifetime_seconds=max_life,
                 pooled=False, forked_from=spec["id"])
@@ -74,6 +80,7 @@ def lay_out(source_dir: str, fork_dir: str, fork_id: str, *, ttl: int, max_life:
                   expires_at=min(now + ttl, max_expires), max_expires_at=max_expires, metadata=spec["metadata"],
                   pooled=False, from_pool=False, forked_from=source_id, restores=0)
     statefile.write_json(os.path.join(fork_dir, "state.json"), record)
+    timeline.mark("lay_out.bundle_and_records")
     return spec, record
 
 

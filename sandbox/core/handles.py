@@ -97,4 +97,5 @@ def describe(handle: Handle, egress: dict | None) -> dict:
         out["on_idle"] = record.get("on_idle") or V.ON_IDLE_DELETE
         out["paused_at"] = record.get("paused_at")
         out["checkpoint"] = record.get("checkpoint")
+        out["timeline"] = record.get("timeline")  # the last pause, resume or fork's steps (timeline.py)
     return out

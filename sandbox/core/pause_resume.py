@@ -27,6 +27,7 @@ from ..common.paths import StateDir
 from .registry import Registry
 from ..runtime import vocabulary as V
 from .supervisor_calls import SupervisorCalls
+from ..common.timeline import Timeline
 
 log = logging.getLogger("sandbox.core.manager")
 
@@ -49,8 +50,10 @@ class PauseResume:
         """Checkpoint a gVisor sandbox (see Supervisor.pause); its supervisor then exits."""
         if handle.record.get("state") == V.PAUSED:
             return
+        started = time.monotonic()
         await self.calls.call(handle, {"op": "pause"}, timeout=CHECKPOINT_WAIT)
         await self.registry.wait_for_exit(handle)
+        _server_share(handle.record, "pause", time.monotonic() - started)
 
     async def wake(self, handle: Handle) -> str | None:
         """Restore a paused sandbox before a call that needs it running; a note saying so
@@ -65,6 +68,7 @@ class PauseResume:
             self.ledger.check_restore(handle)
             checkpoint = handle.record.get("checkpoint") or {}
             log.info("restoring paused sandbox %s", handle.id)
+            started = time.monotonic()
             ready = await self.launcher.start_supervisor(handle, "--restore")
             if not ready.get("ok"):
                 await self.registry.wait_for_exit(handle)
@@ -74,6 +78,7 @@ class PauseResume:
                                    extra={"reason": V.RESTORE_VERSION_MISMATCH})
                 raise ApiError(503, "unavailable", f"the paused sandbox could not be restored: {ready.get('error')}")
             handle.record = ready["state"]
+            _server_share(handle.record, "resume", time.monotonic() - started)
         size = checkpoint.get("size_bytes") or 0
         return (f"[sandbox: restored from its checkpoint of {size / 1e6:.1f} MB taken at {checkpoint.get('taken_at')}, "
                 f"in {handle.record.get('restored_in_seconds')} s; variables kept]\n")
@@ -97,17 +102,21 @@ class PauseResume:
         self.ledger.check(limits, ttl, max_life, owner)
         ttl = min(ttl, max_life)
         was_running = source.record.get("state") != V.PAUSED
+        timeline = Timeline("fork")
         with self.ledger.reserving(limits, owner):
             try:
-                fork = await self._lay_out_fork(source, was_running, request, ttl, max_life, owner)
+                fork = await self._lay_out_fork(source, was_running, request, ttl, max_life, owner, timeline)
             except ApiError:
                 if was_running and source.record.get("state") == V.PAUSED:  # paused by us: back as it was
                     await asyncio.gather(self.wake(source), return_exceptions=True)
                 raise
+            timeline.restart()
             woken = await asyncio.gather(self.wake(fork), *([self.wake(source)] if was_running else []),
                                          return_exceptions=True)
+            _restore_steps(timeline, fork.record, timeline.mark("restore"))
         if was_running and isinstance(woken[-1], BaseException):  # it stays paused; its next call tries again
             log.warning("sandbox %s stays paused after its fork: %s", source.id, woken[-1])
+        fork.record["timeline"] = timeline.as_field()
         if isinstance(woken[0], BaseException):
             await self.end_paused(fork, V.DELETED, "its fork could not be restored")
             self.registry.forget(fork.id)
@@ -116,7 +125,7 @@ class PauseResume:
         return fork
 
     async def _lay_out_fork(self, source: Handle, was_running: bool, request: dict, ttl: int, max_life: int,
-                            owner: int | None) -> Handle:
+                            owner: int | None, timeline: Timeline) -> Handle:
         """Pause the source if it runs and lay out its fork as a paused sandbox, holding the
         source's restore lock: nothing may restore (and write to) the source meanwhile."""
         async with self.waking.setdefault(source.id, asyncio.Lock()):
@@ -126,13 +135,16 @@ class PauseResume:
                 except ApiError as exc:  # the pause's refusal (busy, not_running, ...), said as the fork's
                     exc.message = f"the fork needs a checkpoint of sandbox {source.id}, and {exc.message}"
                     raise
+                for step, seconds in (source.record.get("timeline") or {}).get("steps", []):
+                    timeline.add(f"pause.{step}", seconds)
             if source.record.get("state") != V.PAUSED or source.supervisor_alive():
                 raise ApiError(503, "unavailable", f"sandbox {source.id} did not come to rest after its checkpoint")
             fork_id = new_sandbox_id(self.config.node_id)
             d = self.state_dir.sandbox(fork_id)
             try:
                 _, record = await asyncio.to_thread(forking.lay_out, source.dir, d, fork_id, ttl=ttl,
-                                                    max_life=max_life, metadata=request.get("metadata"))
+                                                    max_life=max_life, metadata=request.get("metadata"),
+                                                    timeline=timeline)
             except (OSError, RuntimeError) as exc:
                 shutil.rmtree(d, ignore_errors=True)
                 raise ApiError(503, "unavailable", f"the fork could not be laid out: {exc}") from None
@@ -155,3 +167,22 @@ class PauseResume:
         self.registry.live.pop(handle.id, None)
         self.waking.pop(handle.id, None)
         self.registry.bury(handle.id, record, handle.dir)
+
+
+def _server_share(record: dict, operation: str, seconds: float) -> None:
+    """Add to the supervisor's timeline what the server waited for besides its steps (its
+    own calls, the supervisor's start or exit), so that the steps sum to the caller's wait."""
+    timeline = Timeline.of(record, operation)
+    timeline.add("server_and_process_exit" if operation == "pause" else "server_and_ready_line",
+                 max(0.0, seconds - sum(s for _, s in timeline.steps)))
+    record["timeline"] = timeline.as_field()
+
+
+def _restore_steps(timeline: Timeline, fork_record: dict, seconds: float) -> None:
+    """Replace the fork's ``restore`` step (the wall time of its restore, beside the source's
+    when that one was running) with the fork's own resume steps, and what was left over."""
+    name, _ = timeline.steps.pop()
+    steps = (fork_record.get("timeline") or {}).get("steps", []) if fork_record.get("state") != V.PAUSED else []
+    for step, took in steps:
+        timeline.add(f"{name}.{step}", took)
+    timeline.add(f"{name}.beside_the_source", max(0.0, seconds - sum(s for _, s in steps)))

@@ -15,6 +15,7 @@ import time
 from ..common import statefile
 from ..isolation.host import HostResources
 from ..runtime import vocabulary as V
+from ..common.timeline import Timeline
 from .channel import RuntimeChannel
 from .control import ControlServer, socket_path
 from .deadlines import watch_deadlines
@@ -45,6 +46,7 @@ class Supervisor:
         self.proc: asyncio.subprocess.Process | None = None
         self.kill_reason: tuple[str, str] | None = None
         self.tasks: list[asyncio.Task] = []
+        self.timeline: Timeline | None = None  # of a pause (its teardown included) or a restore
 
     def public_state(self) -> dict:
         fields = self.record.public()
@@ -58,15 +60,20 @@ class Supervisor:
 
     async def start(self) -> None:
         started = time.monotonic()
+        if self.restoring:
+            self.timeline = Timeline("resume")
+            self.timeline.add("supervisor_process_start", process_age())
         isolation = self.record["isolation"]
         await asyncio.to_thread(self.host.acquire, isolation, self.restoring)
         if self.host.cgroup is not None:
             self.record["cgroup_dirs"] = self.host.cgroup_dirs
+        self.mark("cgroup_and_workspace_mount")
         try:
             launched = await launch(self.dir, self.spec, self.host, isolation, restore=self.restoring)
         except LaunchFailed as failed:
             self.proc = failed.launched.proc  # for teardown to end
             raise
+        self.mark("spawn_runsc_restore")
         self.proc = launched.proc
         reader, self.channel.writer = launched.channel
         if self.restoring:
@@ -82,6 +89,13 @@ class Supervisor:
                       asyncio.create_task(self.watch_process()), asyncio.create_task(watch_deadlines(self)), asyncio.create_task(self.usage.run())]
         if self.restoring:
             await restored(self, started)
+            self.mark("runsc_restore_and_first_ping")
+            self.record["timeline"] = self.timeline.as_field()
+
+    def mark(self, step: str) -> None:
+        """Close a step of the pause or restore under way (none: nothing to time)."""
+        if self.timeline is not None:
+            self.timeline.mark(step)
 
     async def serve(self, ready_fd: int | None) -> None:
         await ControlServer(self).serve(ready_fd)
@@ -126,18 +140,37 @@ class Supervisor:
 
     async def teardown(self) -> None:
         paused = self.record["state"] == V.PAUSED  # its workspace and checkpoint stay for the restore
+        if not paused:
+            self.timeline = None
+        self.mark("answer")
         if self.proc is not None and self.proc.returncode is None:
             await self.kill(*(self.kill_reason or (V.KILLED, "the supervisor ended")))
         self.usage.finish()
         await asyncio.to_thread(self.host.release, paused)
         if paused:
             self.record.pop("cgroup_dirs", None)  # released: a later server has nothing to clean up
+        self.mark("cgroup_and_workspace_release")
         if self.spec.get("isolation_backend") == V.GVISOR:
             await asyncio.to_thread(forget_container, self.dir, paused)
+            self.mark("forget_container")
         self.record["ended_at"] = iso(time.time())
         await asyncio.to_thread(self.usage.write, not paused)
+        self.mark("usage_write")
+        if self.timeline is not None:
+            self.record["timeline"] = self.timeline.as_field()
         self.record.save_if_possible()
         try:
             os.unlink(socket_path(self.dir))
         except FileNotFoundError:
             pass
+
+
+def process_age() -> float:
+    """Seconds since this process started (the interpreter's start and our imports, which a
+    restore waits for): /proc's start time, in clock ticks since boot."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0

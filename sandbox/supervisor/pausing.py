@@ -24,6 +24,7 @@ import time
 from ..isolation import checkpoints
 from ..common import statefile
 from ..isolation import gvisor
+from ..common.timeline import Timeline
 from ..runtime import vocabulary as V
 from .core import SupervisorCore
 from .launch import exit_code, log_tail
@@ -55,10 +56,12 @@ async def pause(supervisor: SupervisorCore, why: str) -> dict:
     refused = refusal(supervisor)
     if refused is not None:
         return refused
+    timeline = Timeline("pause")
     async with supervisor.exec_lock:  # no cell starts while the checkpoint is taken
         refused = refusal(supervisor, holding_lock=True)
         if refused is not None:
             return refused
+        timeline.mark("wait_for_idle")
         binary = gvisor.discover()
         staged = checkpoints.staging_path(supervisor.dir)
         shutil.rmtree(staged, ignore_errors=True)
@@ -66,6 +69,7 @@ async def pause(supervisor: SupervisorCore, why: str) -> dict:
         cgroup = supervisor.host.cgroup
         memory = cgroup.memory_usage() if cgroup is not None else None
         started = time.monotonic()
+        timeline.mark("prepare")
         supervisor.pausing = True
         proc = await asyncio.create_subprocess_exec(
             *gvisor.checkpoint_argv(binary, supervisor.dir, supervisor.spec, staged), env=RUNSC_ENV,
@@ -78,16 +82,22 @@ async def pause(supervisor: SupervisorCore, why: str) -> dict:
             out = f"runsc checkpoint did not finish within {CHECKPOINT_TIMEOUT:.0f} s".encode()
         if proc.returncode != 0:
             return await _failed(supervisor, out.decode("utf-8", "replace").strip()[-600:])
+        timeline.mark("runsc_checkpoint")
         if await exit_code(supervisor.proc, 30.0) is None:  # a checkpointed container stops by itself
             supervisor.proc.kill()
             await exit_code(supervisor.proc, 10.0)
+        timeline.mark("container_exit")
         record = checkpoints.commit(supervisor.dir, runsc_version=binary.version, spec=supervisor.spec,
                                     rootfs_version=supervisor.record["isolation"].get("rootfs_version"),
                                     seconds=time.monotonic() - started, memory_bytes=memory)
+        timeline.mark("commit_checkpoint")
         V.advance(supervisor.record, V.PAUSED, paused_at=statefile.iso(time.time()), pause_message=why,
                   checkpoint={k: record[k] for k in ("taken_at", "size_bytes", "seconds", "runsc_version",
                                                      "memory_bytes_before", "rootfs_version")})
+        supervisor.record["timeline"] = timeline.as_field()
         supervisor.record.save()
+        timeline.mark("save_record")
+        supervisor.timeline = timeline  # the teardown adds its steps (see Supervisor.teardown)
         return {"ok": True, "state": supervisor.public_state()}
 
 

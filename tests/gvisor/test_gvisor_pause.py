@@ -44,6 +44,15 @@ def pause(client, sandbox_id: str) -> dict:
     return info
 
 
+def assert_timeline(info: dict, operation: str, step: str) -> None:
+    """The answer says where its time went: named steps that add up to its total."""
+    timeline = info["timeline"]
+    steps = dict(timeline["steps"])
+    assert timeline["operation"] == operation and step in steps, timeline
+    assert all(s >= 0 for s in steps.values()), timeline
+    assert abs(sum(steps.values()) - timeline["total_seconds"]) < 0.01 * len(steps), timeline
+
+
 def sandbox_processes(server, sandbox_id: str) -> dict:
     return support.processes_of(support.sandbox_dir(server, sandbox_id), [sandbox_id])
 
@@ -56,6 +65,7 @@ def test_pause_frees_the_process_and_resume_keeps_every_variable(api, new_sandbo
     cp = info["checkpoint"]
     assert cp["size_bytes"] > 1_000_000 and cp["runsc_version"] == info["isolation"]["runsc_version"], cp
     assert info["paused_at"] and cp["memory_bytes_before"] > 0, info
+    assert_timeline(info, "pause", "runsc_checkpoint")
     assert support.wait_for(lambda: not sandbox_processes(sandbox_server, sid), 15), sandbox_processes(sandbox_server, sid)
     listed = {s["id"]: s["state"] for s in api.get("/v1/sandboxes").json()["sandboxes"]}
     assert listed[sid] == "paused"
@@ -70,6 +80,7 @@ def test_pause_frees_the_process_and_resume_keeps_every_variable(api, new_sandbo
     pause(api, sid)
     r = api.post(f"/v1/sandboxes/{sid}/resume")
     assert r.status_code == 200 and r.json()["state"] == "running", r.text
+    assert_timeline(r.json(), "resume", "runsc_restore_and_first_ping")
     check_state(api, sid, expected_next=16)
 
 
