@@ -9,6 +9,7 @@ time per sandbox). A fork is a second sandbox laid out from a checkpoint (see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -45,6 +46,7 @@ class PauseResume:
         self.gate = gate
         self.ledger = ledger
         self.waking: dict[str, asyncio.Lock] = {}  # per paused sandbox: one restore at a time
+        self.restoring: set[asyncio.Task] = set()  # sources restored after their fork answered
 
     async def pause(self, handle: Handle) -> None:
         """Checkpoint a gVisor sandbox (see Supervisor.pause); its supervisor then exits."""
@@ -55,17 +57,19 @@ class PauseResume:
         await self.registry.wait_for_exit(handle)
         _server_share(handle.record, "pause", time.monotonic() - started)
 
-    async def wake(self, handle: Handle) -> str | None:
+    async def wake(self, handle: Handle, admitted: bool = False) -> str | None:
         """Restore a paused sandbox before a call that needs it running; a note saying so
         (for the execute stream), or None when it was not paused. Callers that arrive while a
-        restore is under way wait for that one."""
+        restore is under way wait for that one. ``admitted``: its room is already counted (a
+        fork and the source it paused), so the capacity check is not made twice."""
         if handle.record.get("state") != V.PAUSED:
             return None
         lock = self.waking.setdefault(handle.id, asyncio.Lock())
         async with lock:
             if handle.record.get("state") != V.PAUSED:
                 return None
-            self.ledger.check_restore(handle)
+            if not admitted:
+                self.ledger.check_restore(handle)
             checkpoint = handle.record.get("checkpoint") or {}
             log.info("restoring paused sandbox %s", handle.id)
             started = time.monotonic()
@@ -87,9 +91,10 @@ class PauseResume:
         """A second, independent sandbox restored from the source's checkpoint (see forking.py).
 
         A running source is paused first (the same checks as any pause: never mid-cell, never
-        ``--leave-running``), then restored beside its fork; a paused one stays paused. The
-        fork counts against the server's limits like a create: the source's limits, its own
-        TTL and lifetime (the source's unless the request names them)."""
+        ``--leave-running``), and restored once the fork runs, after the answer (see
+        ``_restore_source``); a paused one stays paused. The fork counts against the server's
+        limits like a create: the source's limits, its own TTL and lifetime (the source's unless
+        the request names them)."""
         spec = statefile.read_json(os.path.join(source.dir, "spec.json")) or {}
         if spec.get("isolation_backend") != V.GVISOR:
             raise ApiError(409, "conflict", "fork needs isolation 'gvisor': only a gVisor sandbox has a checkpoint "
@@ -103,19 +108,21 @@ class PauseResume:
         ttl = min(ttl, max_life)
         was_running = source.record.get("state") != V.PAUSED
         timeline = Timeline("fork")
-        with self.ledger.reserving(limits, owner):
+        source_held = contextlib.ExitStack()  # a running source keeps its place until it runs again
+        if was_running:
+            source_held.enter_context(self.ledger.reserving(limits, self.registry.tenancy.owner_of(source.id)))
+        with source_held, self.ledger.reserving(limits, owner):
             try:
                 fork = await self._lay_out_fork(source, was_running, request, ttl, max_life, owner, timeline)
             except ApiError:
                 if was_running and source.record.get("state") == V.PAUSED:  # paused by us: back as it was
-                    await asyncio.gather(self.wake(source), return_exceptions=True)
+                    await asyncio.gather(self.wake(source, admitted=True), return_exceptions=True)
                 raise
             timeline.restart()
-            woken = await asyncio.gather(self.wake(fork), *([self.wake(source)] if was_running else []),
-                                         return_exceptions=True)
+            woken = await asyncio.gather(self.wake(fork, admitted=True), return_exceptions=True)
             _restore_steps(timeline, fork.record, timeline.mark("restore"))
-        if was_running and isinstance(woken[-1], BaseException):  # it stays paused; its next call tries again
-            log.warning("sandbox %s stays paused after its fork: %s", source.id, woken[-1])
+            if was_running:
+                self._restore_source(source, source_held.pop_all())
         fork.record["timeline"] = timeline.as_field()
         if isinstance(woken[0], BaseException):
             await self.end_paused(fork, V.DELETED, "its fork could not be restored")
@@ -123,6 +130,24 @@ class PauseResume:
             shutil.rmtree(fork.dir, ignore_errors=True)
             raise woken[0]
         return fork
+
+    def _restore_source(self, source: Handle, held: contextlib.ExitStack) -> None:
+        """Restore a source its fork paused, in the background: the fork's caller waits for the
+        fork only, and the two restores do not share the CPUs (side by side on this 2-core host,
+        each took twice as long). A call to the source meanwhile waits for this restore (its
+        lock); a failed one leaves the source paused, for its next call to try again. ``held``:
+        the source's place in the server's totals, given back once it runs (or stays paused)."""
+
+        async def restore() -> None:
+            with held:
+                try:
+                    await self.wake(source, admitted=True)
+                except Exception as exc:  # it stays paused; its next call tries again
+                    log.warning("sandbox %s stays paused after its fork: %s", source.id, exc)
+
+        task = asyncio.create_task(restore())
+        self.restoring.add(task)
+        task.add_done_callback(self.restoring.discard)
 
     async def _lay_out_fork(self, source: Handle, was_running: bool, request: dict, ttl: int, max_life: int,
                             owner: int | None, timeline: Timeline) -> Handle:
@@ -179,10 +204,10 @@ def _server_share(record: dict, operation: str, seconds: float) -> None:
 
 
 def _restore_steps(timeline: Timeline, fork_record: dict, seconds: float) -> None:
-    """Replace the fork's ``restore`` step (the wall time of its restore, beside the source's
-    when that one was running) with the fork's own resume steps, and what was left over."""
+    """Replace the fork's ``restore`` step (the wall time of its restore) with the fork's own
+    resume steps, and what was left over."""
     name, _ = timeline.steps.pop()
     steps = (fork_record.get("timeline") or {}).get("steps", []) if fork_record.get("state") != V.PAUSED else []
     for step, took in steps:
         timeline.add(f"{name}.{step}", took)
-    timeline.add(f"{name}.beside_the_source", max(0.0, seconds - sum(s for _, s in steps)))
+    timeline.add(f"{name}.other", max(0.0, seconds - sum(s for _, s in steps)))

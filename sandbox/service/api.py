@@ -517,7 +517,8 @@ ENDPOINTS = (
     Endpoint("POST", SID + "/fork", fork, op(
         "Fork a gvisor sandbox: restore its checkpoint as a second, independent sandbox (a new id, a copy of "
         "its workspace, its limits; its TTL unless the body names one). A running source is paused for the "
-        "checkpoint and restored beside the fork; a paused one stays paused. Counts against the server's "
+        "checkpoint and restored once the fork runs, after the answer (a call to it waits for that); a paused "
+        "one stays paused. The answer's timeline says where the time went. Counts against the server's "
         "limits like a create. 409 with a reason: not_supported (a bwrap sandbox), busy, not_running, "
         "checkpoint_failed, version_mismatch; 409 capacity_exceeded past the server's totals", ok="201", params=[SANDBOX_ID],
         body=json_body(schemas.FORK), errors=(400, 401, 404, 409, 410, 413, 422, 503), ok_schema=SANDBOX_REF)),
