@@ -30,41 +30,57 @@ class Channel(t.NamedTuple):
     passes: str
     refused: str
     why: str
+    proven_by: str  # the hostile probe of tests/browser/test_browser_channels.py, or why it can only be harmless
 
 
 CHANNELS = (
     Channel("`display_data`, `update_display_data`, `execute_result`",
             "the output table below (`output_policy`): text, checked images, active types in an isolated frame, "
             "LaTeX as MathML in a frame, widget views as a model id",
-            "anything else, unknown metadata", "JupyterLab runs HTML/JS of outputs with the page's rights"),
-    Channel("`error`, `stream`", "text (JupyterLab shows it as text, escaped)", "nothing", "shown as text"),
+            "anything else, unknown metadata", "JupyterLab runs HTML/JS of outputs with the page's rights",
+            "`test_browser_output_isolation.py` (7 payload classes, with a control); LaTeX: harmless only, "
+            "JupyterLab's MathJax typesets with its Safe extension even in the control"),
+    Channel("`error`, `stream`", "text (JupyterLab shows it as text, escaped)", "nothing", "shown as text",
+            "HTML in both: harmless only, JupyterLab shows them as text even in the control"),
     Channel("page payload (`?`, `??`, IPython's pager)", "its bundle through the output table",
-            "what the output table refuses", "JupyterLab shows it as an output"),
+            "what the output table refuses", "JupyterLab shows it as an output",
+            "a pager payload with HTML (the control's runs in the page)"),
     Channel("`set_next_input` payload",
             "text, only after a cell that runs `%load`, and only if no line of it is one the kernel runs "
             "itself (`%%host`, `%host`, the kernel's magics)",
             "anything else: shown in the cell as text instead",
-            "the next Run All would run it, possibly on the host"),
+            "the next Run All would run it, possibly on the host",
+            "a `%%host` cell, then Run All (the control's runs on the host)"),
     Channel("`user_expressions`", "each value's bundle through the output table; errors as text",
-            "what the output table refuses", "a frontend may render them"),
+            "what the output table refuses", "a frontend may render them",
+            "asked on the page's own kernel connection, the HTML got inserted into the page as a frontend "
+            "showing them would (JupyterLab never does; the control's runs in the page)"),
     Channel("`complete_reply`", "one-line matches within the current line, cursor inside the code, "
             "type/signature as short text", "matches with line breaks or that make a kernel-run line; "
-            "other metadata", "an accepted completion becomes code the user runs"),
+            "other metadata", "an accepted completion becomes code the user runs",
+            "Tab on a `%%host` match, taken and run (the control's runs on the host); HTML matches: harmless "
+            "only, JupyterLab writes completion labels as text"),
     Channel("`inspect_reply`", "`text/plain` only", "every other type, metadata",
-            "JupyterLab renders it in its own panels, outside any frame"),
+            "JupyterLab renders it in its own panels, outside any frame",
+            "Shift+Tab on help with HTML (the control's tooltip fetches its image)"),
     Channel("`is_complete_reply`", "the status, an indent of spaces/tabs", "any other indent",
-            "the console inserts it into the editor"),
+            "a console may insert it into the editor",
+            "Shift+Enter in a console on a hostile indent: harmless only, JupyterLab 4 reads only the status"),
     Channel("`input()` prompt", "text, at most 4096 characters, and the password flag",
-            "the rest of a longer prompt", "shown as text by JupyterLab"),
+            "the rest of a longer prompt", "shown as text by JupyterLab",
+            "HTML: harmless only, JupyterLab shows it as text even in the control"),
     Channel("comm open/msg/close (`jupyter.widget`)",
             "widgets whose model and view names are ipywidgets 8.1's own, state through their view's rules "
             "(`widget_kinds`)", "other targets and widgets, with a note in the cell; updates that rename",
-            "a view chosen by the sandbox may insert HTML or CSS into the page"),
+            "a view chosen by the sandbox may insert HTML or CSS into the page",
+            "a `Label` drawn by `HTMLView`, an `HTML` widget, an `Image` URL, a style `url()` (the control's fire)"),
     Channel("widget control answer (`jupyter.widget.control`)",
             "the states of models whose open was carried, under the names recorded then",
-            "every other entry, and names the answer claims", "the page rebuilds widgets from it"),
+            "every other entry, and names the answer claims", "the page rebuilds widgets from it",
+            "a save and a reload (the control's view lie fires again)"),
     Channel("kernel status text (progress while a sandbox is made)", "the kernel's own words, as `text/plain`",
-            "nothing from the sandbox", "status comes from the kernel and server, not the sandbox"),
+            "nothing from the sandbox", "status comes from the kernel and server, not the sandbox",
+            "none: no byte from the sandbox reaches it"),
 )
 
 PROMPT_MAX = 4096

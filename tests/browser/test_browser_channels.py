@@ -5,21 +5,31 @@ README's channel table (kernel/channels.py).
 One notebook holds one probe per row: a widget whose Label model is drawn by `HTMLView`, an
 `HTML` widget, an `Image` with `format="url"`, a widget style with `url(...)`, LaTeX with
 `\\style{...url(...)}`, a `set_next_input` that writes a `%%host` cell, a pager payload with
-HTML, an `input()` prompt, a stream and an error holding HTML, and, after a save and a reload, the widget control
-comm's answer. Each probe tries to mark the top page (`window.top.__owned`), to PUT a file
-through /api/contents with the page's token, to get a host cell run by the next Run All (a
-file it would write), or to make the browser fetch from an HTTP server of this test that
-counts hits. With the kernel's rules: nothing, while ordinary widgets (a slider, `interact`,
-a `tqdm.notebook` bar, an HTML table, an `Image` from PNG bytes) and math render.
+HTML, an `input()` prompt, a stream and an error holding HTML; then the keystroke channels, on
+a sandbox whose own completer, inspector and is_complete a cell made hostile: Tab on matches
+holding HTML, Shift+Tab on help holding HTML, Shift+Enter in a console on a hostile indent,
+`user_expressions` holding HTML, and Tab on a `%%host` match that the user takes and runs;
+and, after a save and a reload, the widget control comm's answer. Each probe tries to mark
+the top page (`window.top.__owned`), to PUT a file through /api/contents with the page's
+token, to get a host cell run (a file it would write), or to make the browser fetch from an
+HTTP server of this test that counts hits. With the kernel's rules: nothing, while ordinary
+widgets (a slider, `interact`, a `tqdm.notebook` bar, an HTML table, an `Image` from PNG
+bytes) and math render.
 
 The control: the same notebook on a second kernelspec whose only difference is
 `SANDBOX_KERNEL_UNSAFE_TRUST_SANDBOX_OUTPUTS=1` (the documented pass-through, which sets every
 channel rule aside and says so in `%sandbox`): the probes must then notice, row by row, or
-the probe proves nothing. Rows JupyterLab itself already renders as text (streams, errors,
-input prompts) cannot fire even then, nor did the LaTeX probe (JupyterLab's MathJax did not
-fetch `\\style`'s url here): they are asserted harmless only.
-Completions, inspection, `is_complete` and `user_expressions` are requests the page makes
-on a user's keystroke, not on Run All: tests/kernel/test_frontend_protocol.py drives them.
+the probe proves nothing. Some rows JupyterLab itself keeps harmless, so that they cannot
+fire even then and are asserted harmless only:
+- streams, errors and input prompts are shown as text;
+- completion labels are written as escaped text (the popup shows `<b>` literally);
+- the console reads only is_complete's status and indents by itself;
+- LaTeX: JupyterLab 4 typesets with MathJax 3's Safe extension, which keeps only listed
+  style properties (none that takes a `url()`), links of safe protocols only, classes and
+  ids of MathJax's own pattern, and loads no `\\require`: no LaTeX makes it fetch or run.
+`user_expressions` are never shown by JupyterLab: the page asks for them on its own kernel
+connection and inserts the HTML it got into itself, as a frontend that showed them would.
+The kernel's status text carries nothing from the sandbox, so it has no probe.
 """
 
 from __future__ import annotations
@@ -111,11 +121,13 @@ def cells(run: str, fetch_base: str, marker: pathlib.Path) -> list[str]:
         f"display(w.HTML({attack('widget-html')} + '<b>html widget</b>'))",
         f"display(w.Image(value=b'{url}/image-url/', format='url'))",
         f"display(w.HTML('styled', style={{'background': 'url({url}/style-url/)'}}))",
-        f"display(Math(r'\\style{{background-image: url({url}/latex-url/)}}{{x^2}}'))",
+        f"display(Math(r'\\style{{background-image: url({url}/latex-url/)}}{{x^2}}'))\n"
+        f"display(Math(r'\\style{{background: url({url}/latex-background/)}}{{y}} \\require{{{url}/latex-require/x.js}}'))",
         f"get_ipython().set_next_input({host_cell}, replace=True)",
         f"get_ipython().payload_manager.write_payload({{'source': 'page', 'start': 0, "
         f"'data': {{'text/html': {attack('page')}, 'text/plain': 'pager text'}}}})",
         f"answer = input({attack('input-prompt')})",
+        keystroke_sandbox(attack, url, marker),
         # Ordinary things that must still render.
         "import io, matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\n"
         "plt.figure(figsize=(2.4, 1.2)); plt.bar(['a', 'b', 'c'], [3, 1, 2]); buf = io.BytesIO()\n"
@@ -130,10 +142,68 @@ def cells(run: str, fetch_base: str, marker: pathlib.Path) -> list[str]:
         "display(Latex(r'The mean $\\bar{x} = \\frac{1}{n}\\sum_i x_i$ of the clicks'))",
         # Last: an error ends Run All.
         f"print({attack('stream')})\nraise ValueError({attack('error')})",
+        # Past the error: text a user presses Tab / Shift+Tab in (Run All may reach them too: harmless).
+        *KEYSTROKE_CELLS,
     ]
 
 
-ORDINARY = 8  # index of the first ordinary cell
+ORDINARY = 9  # index of the first ordinary cell
+KEYSTROKE_CELLS = ("hostile_html_completion", "hostile_help", "hostile_completion")
+FIRST_KEYSTROKE = ORDINARY + 5  # index of the first of them (after the error cell)
+HOSTILE_INDENT = "    # hostile-indent\n%%host\nprint('an indent ran on the host')\n"
+
+
+def keystroke_sandbox(attack: t.Callable[[str], str], url: str, marker: pathlib.Path) -> str:
+    """A cell that makes the sandbox's own completer, inspector and is_complete hostile (the
+    runtime in the sandbox is the sandbox's code: a cell may replace its functions), and
+    defines an object whose HTML representation is an attack, for `user_expressions`.
+
+    Completing `hostile_completion` offers a `%%host` cell that writes a marker file (and a
+    harmless name, so that a guarded page has one match to insert); completing
+    `hostile_html_completion` offers matches holding HTML; help on `hostile_help` is HTML
+    with an image from the counting server (a new address per request: the browser would
+    not fetch one it has cached) and an `onerror` attack; `hostile_is_complete` is
+    incomplete, with an indent holding a `%%host` cell. The answers are immediate (Jedi's
+    first answer takes seconds)."""
+
+
+    host_cell = json.dumps(f"%%host\n# hostile_completion\n"
+                           f"open({str(marker.with_name(marker.stem + '-completion.txt'))!r}, 'w')"
+                           f".write('a completion ran on the host')\n")
+    return (
+        "import sys, itertools\n"
+        "intro = next(m for n, m in list(sys.modules.items()) if n.endswith('.introspection')"
+        " and hasattr(m, 'is_complete'))\n"
+        "intro.originals = getattr(intro, 'originals', (intro.complete, intro.inspect, intro.is_complete))\n"
+        "complete0, inspect0, is_complete0 = intro.originals\n"
+        "asked = itertools.count()\n"
+        "def answer(message, **content):\n"
+        "    return {'type': 'reply', 'id': message.get('id'), 'metadata': {}, **content}\n"
+        "def hostile_complete(shell, message):\n"
+        "    code = message.get('code', '')\n"
+        "    if code.startswith('hostile_html_completion'):\n"
+        f"        matches = [code + '_a' + {attack('completion-html')}, code + '_b<b>b</b>']\n"
+        "    elif code.startswith('hostile_completion'):\n"
+        f"        matches = [{host_cell}, 'hostile_completion_ok']\n"
+        "    else:\n"
+        "        return complete0(shell, message)\n"
+        "    return answer(message, matches=matches, cursor_start=0, cursor_end=len(code))\n"
+        "def hostile_inspect(shell, message, frame_limit):\n"
+        "    if not message.get('code', '').startswith('hostile_help'):\n"
+        "        return inspect0(shell, message, frame_limit)\n"
+        f"    html = f'<img src=\"{url}/inspect-{{next(asked)}}/\">' + {attack('inspect')}\n"
+        "    return answer(message, found=True, data={'text/plain': 'hostile help text', 'text/html': html})\n"
+        "def hostile_is_complete(shell, message):\n"
+        "    if not message.get('code', '').startswith('hostile_is_complete'):\n"
+        "        return is_complete0(shell, message)\n"
+        f"    return answer(message, status='incomplete', indent={json.dumps(HOSTILE_INDENT)})\n"
+        "intro.complete, intro.inspect, intro.is_complete = hostile_complete, hostile_inspect, hostile_is_complete\n"
+        "hostile_completion_ok = 1\n"
+        "class Expression:\n"
+        f"    def _repr_html_(self):\n        return f'<img src=\"{url}/user-expressions/\">' + "
+        f"{attack('user-expressions')}\n"
+        "hostile_expression = Expression()"
+    )
 
 
 def write_notebook(root: pathlib.Path, name: str, kernel: str, sources: list[str]) -> None:
@@ -177,11 +247,15 @@ def run_all(page: t.Any, nb: Notebook, n_cells: int) -> None:
                 stdin.first.fill("an answer", timeout=3_000)
                 stdin.first.press("Enter", timeout=3_000)
         page.wait_for_timeout(300)
-    # The kernel's status in the status bar (the toolbar's indicator stays busy after a
-    # Run All that ended in an error).
+    wait_idle(page)
+    page.wait_for_timeout(3_000)  # let fetches and handlers a probe started land
+
+
+def wait_idle(page: t.Any) -> None:
+    """The kernel's status in the status bar (the toolbar's indicator stays busy after a
+    Run All that ended in an error)."""
     page.wait_for_function("() => /\\|\\s*Idle/.test((document.querySelector('#jp-main-statusbar') || {}).innerText"
                            " || '')", timeout=CELL_MS)
-    page.wait_for_timeout(3_000)  # let fetches and handlers a probe started land
 
 
 class Seen(t.NamedTuple):
@@ -241,18 +315,153 @@ def save_and_reload(page: t.Any, lab: t.Any, name: str, n_cells: int, run: str) 
     return nb
 
 
-def probe(page: t.Any, lab: t.Any, counter: HitCounter, run: str, kernel: str) -> tuple[Seen, Seen, Notebook]:
-    """Run All twice (the second runs a host cell if the first wrote one), then save and
-    reload; what the probes achieved after each."""
+class Probed(t.NamedTuple):
+    run_all: Seen  # after Run All, twice
+    keystrokes: Seen  # what the keystroke probes added
+    reloaded: Seen  # after a save and a reload
+    nb: Notebook
+    shown: dict[str, t.Any]  # what the keystroke probes showed
+
+
+def probe(page: t.Any, lab: t.Any, counter: HitCounter, run: str, kernel: str) -> Probed:
+    """Run All twice (the second runs a host cell if the first wrote one), the keystroke
+    probes, then save and reload; what the probes achieved after each."""
     marker = lab.root / f"host-ran-{run}.txt"
     sources = cells(run, counter.base, marker)
     write_notebook(lab.root, f"{run}.ipynb", kernel, sources)
     nb = open_notebook(page, lab, f"{run}.ipynb")
-    run_all(page, nb, len(sources))
-    run_all(page, nb, len(sources))
+    run_all(page, nb, FIRST_KEYSTROKE)
+    run_all(page, nb, FIRST_KEYSTROKE)
     first = seen(page, lab, counter, run, marker)
+    keys = keystrokes(page, lab, nb, run)
+    after_keys = seen(page, lab, counter, run, marker.with_name(f"{marker.stem}-completion.txt"))
+    added = Seen(sorted(set(after_keys.owned) - set(first.owned)), sorted(set(after_keys.written) - set(first.written)),
+                 {k: n for k, n in after_keys.hits.items() if k not in first.hits}, after_keys.host_ran)
+    print(f"{run} keystroke probes showed: {keys}", flush=True)
     nb = save_and_reload(page, lab, f"{run}.ipynb", len(sources), run)
-    return first, seen(page, lab, counter, run, marker), nb
+    return Probed(first, added, seen(page, lab, counter, run, marker), nb, keys)
+
+
+def focus_end(nb: Notebook, index: int) -> None:
+    """The cursor at the end of cell `index`'s text, in edit mode, as a user's click puts it."""
+    nb.cells.nth(index).locator(".cm-content").first.click()
+    nb.page.keyboard.press("Control+End")
+
+
+def editor_text(nb: Notebook, index: int) -> str:
+    return nb.cells.nth(index).locator(".cm-content").first.inner_text().replace("\u00a0", " ").strip()
+
+
+def keystrokes(page: t.Any, lab: t.Any, nb: Notebook, run: str) -> dict[str, t.Any]:
+    """The channels a user's keystroke asks for, on the sandbox made hostile by
+    `keystroke_sandbox`; what the page showed (the probes' effects are read by `seen`)."""
+    shown: dict[str, t.Any] = {}
+    wait_idle(page)  # (Run All may have gone past the error into the cells below)
+    completer = page.locator(".jp-Completer:visible")
+    # Tab: matches holding HTML. JupyterLab writes completion labels as escaped text.
+    focus_end(nb, FIRST_KEYSTROKE)
+    page.keyboard.press("Tab")
+    completer.first.wait_for(state="visible", timeout=CELL_MS)
+    shown["completion-html"] = completer.first.inner_text()
+    page.keyboard.press("Escape")
+    # Shift+Tab: the tooltip renders the inspect reply's preferred type (HTML, sanitized,
+    # whose images it fetches) from whatever the kernel sent.
+    focus_end(nb, FIRST_KEYSTROKE + 1)
+    page.keyboard.press("Shift+Tab")
+    tooltip = page.locator(".jp-Tooltip:visible").first
+    tooltip.wait_for(state="visible", timeout=CELL_MS)
+    page.wait_for_function("() => { const t = document.querySelector('.jp-Tooltip');"
+                           " return t && (t.innerText.includes('hostile help text') || t.querySelector('img')); }",
+                           timeout=CELL_MS)
+    shown["tooltip"] = tooltip.inner_html()
+    page.keyboard.press("Escape")
+    # user_expressions: JupyterLab never shows them, so the page asks on its own kernel
+    # connection and puts the HTML it got into the page, as a frontend that showed them would.
+    shown["user-expressions"] = ask_user_expressions(page, lab, run)
+    shown["console"] = console_is_complete(page)
+    # Tab where the sandbox offers a `%%host` cell, which the user takes and runs.
+    focus_end(nb, FIRST_KEYSTROKE + 2)
+    page.keyboard.press("Tab")
+    page.wait_for_function(f"() => document.querySelector('.jp-Completer:not(.lm-mod-hidden)') || "
+                           f"[...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell')]"
+                           f"[{FIRST_KEYSTROKE + 2}].querySelector('.cm-content').innerText.trim() !== 'hostile_completion'",
+                           timeout=CELL_MS)
+    if completer.count():
+        offered = completer.first.locator(".jp-Completer-item").filter(has_text="%%host")
+        shown["completion-offered"] = completer.first.inner_text()
+        # The user takes the `%%host` match if offered, else the first.
+        offered.first.click() if offered.count() else page.keyboard.press("Enter")
+        completer.first.wait_for(state="hidden", timeout=30_000)
+        focus_end(nb, FIRST_KEYSTROKE + 2)
+    shown["completion-taken"] = editor_text(nb, FIRST_KEYSTROKE + 2)
+    before = nb.prompt(FIRST_KEYSTROKE + 2)  # (Run All may have reached the cell, past the error)
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_function("([i, before]) => { const p = [...document.querySelectorAll("
+                           "'.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell')][i].querySelector('.jp-InputPrompt')"
+                           ".innerText.trim(); return /^\\[\\d+\\]:$/.test(p) && p !== before; }",
+                           arg=[FIRST_KEYSTROKE + 2, before], timeout=CELL_MS)
+    wait_idle(page)
+    page.wait_for_timeout(3_000)  # let fetches and handlers a probe started land
+    return shown
+
+
+def console_is_complete(page: t.Any) -> str:
+    """Shift+Enter in a console on the notebook's kernel, on code the sandbox calls
+    incomplete with an indent holding a `%%host` cell: JupyterLab 4 reads only the status
+    (its editor indents by itself), so the indent cannot reach the page even in the control.
+    What the console's editors hold after."""
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+Shift+C")  # the command palette
+    palette = page.locator(".lm-CommandPalette-input:visible").first
+    palette.fill("New Console for Notebook")
+    page.locator(".lm-CommandPalette-item:visible").filter(has_text="New Console for Notebook").first.click()
+    console = page.locator(".jp-CodeConsole:visible").first
+    prompt = console.locator(".jp-CodeConsole-promptCell .cm-content").first
+    prompt.wait_for(state="visible", timeout=CELL_MS)
+    wait_idle(page)
+    prompt.click()
+    page.keyboard.insert_text("hostile_is_complete")
+    page.keyboard.press("Shift+Enter")
+    # Incomplete: a new line in the prompt. (JupyterLab runs the code instead if the answer
+    # takes over its 250 ms: either way the indent is not used.)
+    page.wait_for_function("() => { const c = document.querySelector('.jp-CodeConsole');"
+                           " return c.querySelectorAll('.jp-CodeConsole-promptCell .cm-line').length > 1"
+                           " || c.querySelectorAll('.jp-CodeConsole-content .jp-Cell').length > 0; }",
+                           timeout=CELL_MS)
+    page.wait_for_timeout(1_000)
+    held = console.locator(".cm-content").all_inner_texts()
+    page.keyboard.press("Alt+W")  # close the console (the notebook keeps the kernel)
+    with contextlib.suppress(Exception):
+        page.locator(".jp-Dialog .jp-mod-reject").first.click(timeout=3_000)
+    console.wait_for(state="detached", timeout=30_000)
+    return "\n".join(held)
+
+
+def ask_user_expressions(page: t.Any, lab: t.Any, run: str) -> t.Any:
+    sessions = httpx.get(f"{lab.base}/api/sessions", params={"token": lab.token}, timeout=10).json()
+    (kernel_id,) = [s["kernel"]["id"] for s in sessions if s["path"] == f"{run}.ipynb"]
+    url = f"ws://127.0.0.1:{lab.port}/api/kernels/{kernel_id}/channels?token={lab.token}"
+    return page.evaluate("""async (url) => {
+        const ws = new WebSocket(url);
+        await new Promise((ok, bad) => { ws.onopen = ok; ws.onerror = bad; });
+        const id = 'user-expressions-' + Math.random().toString(16).slice(2);
+        const reply = new Promise(ok => { ws.onmessage = ev => {
+            const m = JSON.parse(ev.data);
+            if (m.msg_type === 'execute_reply' && m.parent_header.msg_id === id) ok(m.content);
+        }; });
+        ws.send(JSON.stringify({channel: 'shell', buffers: [], metadata: {}, parent_header: {},
+            header: {msg_id: id, msg_type: 'execute_request', username: 'probe', session: id, version: '5.3',
+                     date: new Date().toISOString()},
+            content: {code: 'pass', silent: true, store_history: false, allow_stdin: false, stop_on_error: false,
+                      user_expressions: {probe: 'hostile_expression'}}}));
+        const content = await reply;
+        ws.close();
+        const value = (content.user_expressions || {}).probe || {};
+        const shown = document.createElement('div');
+        shown.innerHTML = (value.data || {})['text/html'] || '';
+        document.body.appendChild(shown);
+        return value;
+    }""", url)
 
 
 def test_no_channel_gives_the_sandbox_the_page(sandbox_server: support.Server) -> None:
@@ -263,24 +472,48 @@ def test_no_channel_gives_the_sandbox_the_page(sandbox_server: support.Server) -
     control_kernelspec(data_dir)
     with HitCounter() as counter, lab_page(sandbox_server, "channels", full_page=True,
                                             extra_env={"JUPYTER_PATH": str(data_dir)}) as (page, lab):
-        first, reloaded, nb = probe(page, lab, counter, "guarded", "sandbox")
-        print(f"with the rules: {first}; after reload: {reloaded}", flush=True)
-        assert first == reloaded == Seen([], [], {}, False), (first, reloaded)
-        check_ordinary_renders(page, nb, expect)
+        guarded = probe(page, lab, counter, "guarded", "sandbox")
+        print(f"with the rules: {guarded.run_all}; keystrokes: {guarded.keystrokes}; "
+              f"after reload: {guarded.reloaded}", flush=True)
+        assert guarded.run_all == guarded.keystrokes == guarded.reloaded == Seen([], [], {}, False), guarded[:3]
+        check_keystrokes_shown(guarded.shown, "guarded")
+        check_ordinary_renders(page, guarded.nb, expect)
 
-        control, control_reloaded, _ = probe(page, lab, counter, "control", CONTROL_KERNEL)
-        print(f"control (rules off): {control}; after reload: {control_reloaded}", flush=True)
+        control = probe(page, lab, counter, "control", CONTROL_KERNEL)
+        print(f"control (rules off): {control.run_all}; keystrokes: {control.keystrokes}; "
+              f"after reload: {control.reloaded}", flush=True)
+        first, keys = control.run_all, control.keystrokes
         for row in ("widget-view-lie", "widget-html", "page"):
-            assert f"control-{row}" in control.owned, f"the {row} probe does not notice: {control}"
-            assert f"owned-control-{row}.txt" in control.written, f"the {row} probe's PUT does not notice: {control}"
-        assert control.hits.get("image-url") and control.hits.get("style-url"), control.hits
-        assert control.host_ran, "the set_next_input probe does not notice"
-        assert "control-widget-view-lie" in control_reloaded.owned, "the control comm's probe does not notice"
+            assert f"control-{row}" in first.owned, f"the {row} probe does not notice: {first}"
+            assert f"owned-control-{row}.txt" in first.written, f"the {row} probe's PUT does not notice: {first}"
+        assert first.hits.get("image-url") and first.hits.get("style-url"), first.hits
+        assert first.host_ran, "the set_next_input probe does not notice"
+        assert "control-widget-view-lie" in control.reloaded.owned, "the control comm's probe does not notice"
+        # The keystroke rows: the tooltip fetched the inspect reply's image, the completion
+        # wrote a host cell that ran, the user_expressions HTML ran in the page.
+        assert any(k.startswith("inspect-") for k in keys.hits), f"the inspection probe does not notice: {keys}"
+        assert keys.host_ran, f"the completion probe does not notice: {keys}"
+        check_keystrokes_shown(control.shown, "control")
+        assert "control-user-expressions" in keys.owned and "owned-control-user-expressions.txt" in keys.written \
+            and keys.hits.get("user-expressions"), f"the user_expressions probe does not notice: {keys}"
     with contextlib.suppress(OSError):
         for path in sorted(data_dir.rglob("*"), reverse=True):
             path.rmdir() if path.is_dir() else path.unlink()
         data_dir.rmdir()
     print(f"channels browser test: {time.monotonic() - started:.0f} s", flush=True)
+
+
+def check_keystrokes_shown(shown: dict[str, t.Any], run: str) -> None:
+    """What the keystroke probes showed, in both runs: completion labels and the console's
+    editor are JupyterLab's own text (harmless only); the rest by run."""
+    assert "_b<b>b</b>" in shown["completion-html"], shown  # the label as text, not as markup
+    assert "hostile-indent" not in shown["console"], shown
+    if run == "guarded":
+        assert shown["completion-taken"] == "hostile_completion_ok", shown
+        assert "hostile help text" in shown["tooltip"] and "<img" not in shown["tooltip"], shown
+        assert shown["user-expressions"]["data"]["text/html"].startswith("<iframe"), shown
+    else:
+        assert shown["completion-taken"].startswith("%%host"), shown
 
 
 def check_ordinary_renders(page: t.Any, nb: Notebook, expect: t.Any) -> None:

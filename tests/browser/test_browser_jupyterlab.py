@@ -154,10 +154,15 @@ class Lab:
 
 
 def _user_settings(settings_dir: pathlib.Path) -> None:
-    """No news or update toasts over the notebook (they would also try the network)."""
+    """No news or update toasts over the notebook (they would also try the network). The
+    completer waits for the kernel's answer as long as a loaded machine may need (by default
+    it drops an answer later than 1 s: a Tab would then show nothing)."""
     target = settings_dir / "@jupyterlab" / "apputils-extension"
     target.mkdir(parents=True, exist_ok=True)
     (target / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    completer = settings_dir / "@jupyterlab" / "completer-extension"
+    completer.mkdir(parents=True, exist_ok=True)
+    (completer / "manager.jupyterlab-settings").write_text('{"providerTimeout": 60000}')
 
 
 def start_lab(server: support.Server, workdir: pathlib.Path, extra_env: dict[str, str] | None = None) -> Lab:

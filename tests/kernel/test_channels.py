@@ -102,5 +102,6 @@ def test_input_prompts_are_text_capped():
 def test_every_channel_is_a_row_of_the_readme_table():
     readme = README.read_text()
     section = readme[readme.index("### Every channel from the sandbox to the page"):]
-    rows = re.findall(r"^\| (.+?) \|", section.split("\n### ")[0], re.MULTILINE)
-    assert rows[2:] == [channel.name for channel in C.CHANNELS], "README's channel table is CHANNELS"
+    rows = re.findall(r"^\| (.+) \|$", section.split("\n### ")[0], re.MULTILINE)
+    assert [row.split(" | ") for row in rows[2:]] == [list(channel) for channel in C.CHANNELS], \
+        "README's channel table is CHANNELS, every column"
