@@ -48,14 +48,25 @@ class PauseResume:
         self.waking: dict[str, asyncio.Lock] = {}  # per paused sandbox: one restore at a time
         self.restoring: set[asyncio.Task] = set()  # sources restored after their fork answered
 
-    async def pause(self, handle: Handle) -> None:
-        """Checkpoint a gVisor sandbox (see Supervisor.pause); its supervisor then exits."""
+    async def pause(self, handle: Handle, holding_lock: bool = False) -> None:
+        """Checkpoint a gVisor sandbox (see Supervisor.pause); its supervisor then exits.
+        ``holding_lock``: the caller (a fork) holds its restore lock."""
+        if not holding_lock:
+            await self.settled(handle)
         if handle.record.get("state") == V.PAUSED:
             return
         started = time.monotonic()
         await self.calls.call(handle, {"op": "pause"}, timeout=CHECKPOINT_WAIT)
         await self.registry.wait_for_exit(handle)
         _server_share(handle.record, "pause", time.monotonic() - started)
+
+    async def settled(self, handle: Handle) -> None:
+        """Wait for a restore under way (a source restored after its fork answered): a pause
+        or a fork asked meanwhile acts on the sandbox as it will be, running."""
+        lock = self.waking.get(handle.id)
+        if lock is not None and lock.locked():
+            async with lock:
+                pass
 
     async def wake(self, handle: Handle, admitted: bool = False) -> str | None:
         """Restore a paused sandbox before a call that needs it running; a note saying so
@@ -106,6 +117,7 @@ class PauseResume:
         max_life = int(request.get("max_lifetime_seconds") or spec["max_lifetime_seconds"])
         self.ledger.check(limits, ttl, max_life, owner)
         ttl = min(ttl, max_life)
+        await self.settled(source)
         was_running = source.record.get("state") != V.PAUSED
         timeline = Timeline("fork")
         source_held = contextlib.ExitStack()  # a running source keeps its place until it runs again
@@ -156,7 +168,7 @@ class PauseResume:
         async with self.waking.setdefault(source.id, asyncio.Lock()):
             if was_running:
                 try:
-                    await self.pause(source)
+                    await self.pause(source, holding_lock=True)
                 except ApiError as exc:  # the pause's refusal (busy, not_running, ...), said as the fork's
                     exc.message = f"the fork needs a checkpoint of sandbox {source.id}, and {exc.message}"
                     raise
