@@ -49,6 +49,7 @@ RULES: list[tuple[str, str]] = [
     # our classes
     (r"_AsyncTransport\b", "_SyncTransport"),
     (r"_AsyncStream\b", "_SyncStream"),
+    (r"_AsyncLines\b", "_SyncLines"),
     (r"Async([A-Z]\w*)\b", r"\1"),
 ]
 
