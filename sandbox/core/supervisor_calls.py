@@ -24,11 +24,17 @@ MAX_STREAM_FRAME = 96 * 1024 * 1024  # one event of an execute or a command, fro
 IDLE_CONNECTIONS = 2  # per sandbox: enough for a client that runs one cell after another
 
 
+class _Stopping(Exception):
+    """Set on the readers of open streams when the server shuts down."""
+
+
 class SupervisorCalls:
     def __init__(self, registry: Registry, shutting_down: asyncio.Event):
         self.registry = registry
         # Set when the server stops: every stream ends with a note instead of waiting on.
         self.shutting_down = shutting_down
+        self._reading: set[asyncio.StreamReader] = set()  # streams waiting for a frame
+        self._shutdown_watch: asyncio.Task | None = None
 
     async def call(self, handle: Handle, request: dict, timeout: float = 30.0) -> dict:
         try:
@@ -149,18 +155,27 @@ class SupervisorCalls:
         """The next frame a supervisor streams, or None once the server is shutting down.
 
         Raises as ``read_frame`` does when the stream ends or breaks. A caller that goes
-        away while this waits cancels the read: nobody wants the frame.
+        away while this waits cancels the read: nobody wants the frame. The shutdown
+        reaches a waiting read as an exception set on its reader (`_stop_streams`), so a
+        frame costs no task of its own.
         """
-        next_frame = asyncio.ensure_future(read_frame(reader, MAX_STREAM_FRAME))
-        stop = asyncio.ensure_future(self.shutting_down.wait())
-        done: set = set()
+        if self.shutting_down.is_set():
+            return None
+        if self._shutdown_watch is None:
+            self._shutdown_watch = asyncio.get_running_loop().create_task(self._stop_streams())
+        self._reading.add(reader)
         try:
-            done, _ = await asyncio.wait({next_frame, stop}, return_when=asyncio.FIRST_COMPLETED)
+            return await read_frame(reader, MAX_STREAM_FRAME)
+        except _Stopping:
+            return None
         finally:
-            stop.cancel()
-            if next_frame not in done:
-                next_frame.cancel()
-        return next_frame.result() if next_frame in done else None
+            self._reading.discard(reader)
+
+    async def _stop_streams(self) -> None:
+        """At shutdown, wake every stream waiting on its supervisor (see `_next_frame`)."""
+        await self.shutting_down.wait()
+        for reader in list(self._reading):
+            reader.set_exception(_Stopping())
 
     def _why_it_stopped(self, handle: Handle) -> tuple[dict, str]:
         """After a supervisor's stream ended early: its tombstone record, and what to tell the caller."""

@@ -40,11 +40,11 @@ from ..core.manager import SandboxManager
 from ..runtime import vocabulary as V
 from ..usage import report, store as usage_store
 from ..usage.metrics import CONTENT_TYPE as METRICS_TYPE, ServerMetrics
+from .ndjson import MEDIA_TYPE as NDJSON, NdjsonResponse
 from .openapi import (COMMAND_ID, FILE_LIST, FILE_PATH, IMAGE_NAME, INFO, SANDBOX_ID, SANDBOX_REF, SANDBOX_SCOPE,
                       SECRET_NAME, SECRET_VIEW, USAGE_RECORDS, USAGE_SANDBOX, USAGE_SINCE, document, json_body, op)
 
 log = logging.getLogger("sandbox.service.api")
-NDJSON = "application/x-ndjson"
 
 
 def error_response(exc: ApiError) -> JSONResponse:
@@ -144,15 +144,9 @@ def admin_only(request: Request, what: str) -> None:
                                          f"(you are {caller.label})")
 
 
-def ndjson(events, first: dict | None = None) -> StreamingResponse:
+def ndjson(events, first: dict | None = None) -> NdjsonResponse:
     """A stream of events, one JSON object a line, flushed as each comes (``first`` before them)."""
-    async def lines():
-        if first is not None:
-            yield json.dumps(first, ensure_ascii=False) + "\n"
-        async for event in events:
-            yield json.dumps(event, ensure_ascii=False) + "\n"
-
-    return StreamingResponse(lines(), media_type=NDJSON, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return NdjsonResponse(events, first)
 
 
 # ---------------------------------------------------------------------- the node
