@@ -124,8 +124,10 @@ class ExecuteSession(Session):
             try:
                 if event is None:
                     wait = deadline - time.monotonic()
-                    event = await asyncio.wait_for(cell.events.get(), max(0.0, wait) if wait != float("inf") else None)
-            except asyncio.TimeoutError:
+                    # asyncio.timeout, not wait_for: no task of its own for each wait
+                    async with asyncio.timeout(max(0.0, wait) if wait != float("inf") else None):
+                        event = await cell.events.get()
+            except TimeoutError:
                 if phase == "running":
                     phase = "interrupting"
                     await self._interrupt_quietly(cell, {"reason": "timeout", "timeout_seconds": timeout})
