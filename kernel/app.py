@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typing as t
+
 from ipykernel.kernelapp import IPKernelApp
 from traitlets import DottedObjectName
 
@@ -33,6 +35,18 @@ class SandboxKernelApp(IPKernelApp):
         """
         super().init_sockets()
         self.shell_channel_thread = None
+
+    def initialize(self, argv: t.Any = None) -> None:
+        """The logger at the level its handlers keep.
+
+        traitlets sets the application's logger to DEBUG and filters at its handlers
+        (WARNING unless --log-level says otherwise), so each of the debug lines ipykernel's
+        message loop logs for every request built a record that nothing kept.
+        """
+        super().initialize(argv)
+        levels = [handler.level for handler in self.log.handlers]
+        if levels and all(levels):  # a handler at NOTSET keeps everything: leave it so
+            self.log.setLevel(min(levels))
 
 
 def main() -> None:
