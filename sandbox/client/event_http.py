@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import select
 import socket
@@ -29,6 +28,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..service.endpoint import is_loopback
 from .configuration import ServerConfig
 from .errors import error_from_response
 
@@ -46,20 +46,11 @@ def lean_path(config: ServerConfig) -> tuple[str | None, str, int, str] | None:
     if parts.scheme != "http" or not parts.hostname:
         return None
     host = parts.hostname
-    if not _loopback(host):
+    if not is_loopback(host):
         proxies = urllib.request.getproxies()
         if proxies.get("http") or proxies.get("all"):
             return None
     return None, host, parts.port or 80, parts.path.rstrip("/")
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def request_bytes(host_header: str, path: str, headers: dict[str, str], body: t.Any) -> bytes:
@@ -184,23 +175,51 @@ class AsyncEventConnection:
         self.writer.close()
 
 
-class AsyncEventConnections:
-    """Kept connections to one server for event streams; one per stream at a time (a cell
-    and a comm message may stream at once), returned when a stream was read to its end."""
+class _KeptConnections:
+    """What both flavours keep: where the server is, and the connections idle between
+    streams (one per stream at a time: a cell and a comm message may stream at once; a
+    connection is returned only when its stream was read to its end)."""
 
     def __init__(self, config: ServerConfig, where: tuple[str | None, str, int, str], connect_timeout: float | None) -> None:
         self.config = config
         self.socket_path, self.host, self.port, self.prefix = where
         self.host_header = self.host if self.socket_path or self.port == 80 else f"{self.host}:{self.port}"
         self.connect_timeout = connect_timeout
-        self.idle: list[AsyncEventConnection] = []
+        self.idle: list[t.Any] = []
 
-    async def _connection(self) -> AsyncEventConnection:
+    def _idle_connection(self) -> t.Any:
+        """A kept connection the server has not closed, or None."""
         while self.idle:
             conn = self.idle.pop()
             if conn.usable():
                 return conn
             conn.close()
+        return None
+
+    def _request(self, path: str, body: t.Any) -> bytes:
+        return request_bytes(self.host_header, self.prefix + path, self.config.headers, body)
+
+    def _http_error(self, head: Head, data: bytes, path: str) -> Exception:
+        return error_from_response(head.error_response(data, self.config.url + path), self.config)
+
+    def _release(self, conn: t.Any, kept: bool) -> None:
+        if kept:
+            self.idle.append(conn)
+        else:
+            conn.close()
+
+    def _close_idle(self) -> None:
+        while self.idle:
+            self.idle.pop().close()
+
+
+class AsyncEventConnections(_KeptConnections):
+    """Kept connections to one server for event streams (the async client's)."""
+
+    async def _connection(self) -> AsyncEventConnection:
+        kept = self._idle_connection()
+        if kept is not None:
+            return kept
         try:
             async with asyncio.timeout(self.connect_timeout):
                 if self.socket_path:
@@ -224,21 +243,17 @@ class AsyncEventConnections:
         kept = False
         try:
             try:
-                conn.writer.write(request_bytes(self.host_header, self.prefix + path, self.config.headers, body))
+                conn.writer.write(self._request(path, body))
             except OSError as exc:
                 raise httpx.WriteError(str(exc)) from exc
             head = await conn.head()
             if head.status >= 300:
-                data = b"".join([part async for part in conn.body(head)])
-                raise error_from_response(head.error_response(data, self.config.url + path), self.config)
+                raise self._http_error(head, b"".join([part async for part in conn.body(head)]), path)
             finished: list[bool] = []
             yield self._lines(conn, head, finished)
             kept = bool(finished) and head.keep_alive
         finally:
-            if kept:
-                self.idle.append(conn)
-            else:
-                conn.close()
+            self._release(conn, kept)
 
     async def _lines(self, conn: AsyncEventConnection, head: Head, finished: list[bool]) -> t.AsyncIterator[str]:
         split = LineSplitter()
@@ -250,8 +265,7 @@ class AsyncEventConnections:
         finished.append(True)
 
     async def aclose(self) -> None:
-        while self.idle:
-            self.idle.pop().close()
+        self._close_idle()
 
 
 class EventConnection:
@@ -314,22 +328,13 @@ class EventConnection:
         self.sock.close()
 
 
-class EventConnections:
+class EventConnections(_KeptConnections):
     """`AsyncEventConnections` for the blocking client: the same, on blocking sockets."""
 
-    def __init__(self, config: ServerConfig, where: tuple[str | None, str, int, str], connect_timeout: float | None) -> None:
-        self.config = config
-        self.socket_path, self.host, self.port, self.prefix = where
-        self.host_header = self.host if self.socket_path or self.port == 80 else f"{self.host}:{self.port}"
-        self.connect_timeout = connect_timeout
-        self.idle: list[EventConnection] = []
-
     def _connection(self) -> EventConnection:
-        while self.idle:
-            conn = self.idle.pop()
-            if conn.usable():
-                return conn
-            conn.close()
+        kept = self._idle_connection()
+        if kept is not None:
+            return kept
         try:
             if self.socket_path:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -356,21 +361,17 @@ class EventConnections:
         kept = False
         try:
             try:
-                conn.sock.sendall(request_bytes(self.host_header, self.prefix + path, self.config.headers, body))
+                conn.sock.sendall(self._request(path, body))
             except OSError as exc:
                 raise httpx.WriteError(str(exc)) from exc
             head = conn.head()
             if head.status >= 300:
-                data = b"".join(conn.body(head))
-                raise error_from_response(head.error_response(data, self.config.url + path), self.config)
+                raise self._http_error(head, b"".join(conn.body(head)), path)
             finished: list[bool] = []
             yield self._lines(conn, head, finished)
             kept = bool(finished) and head.keep_alive
         finally:
-            if kept:
-                self.idle.append(conn)
-            else:
-                conn.close()
+            self._release(conn, kept)
 
     def _lines(self, conn: EventConnection, head: Head, finished: list[bool]) -> t.Iterator[str]:
         split = LineSplitter()
@@ -380,5 +381,4 @@ class EventConnections:
         finished.append(True)
 
     def close(self) -> None:
-        while self.idle:
-            self.idle.pop().close()
+        self._close_idle()

@@ -22,6 +22,7 @@ that names it.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import pathlib
 from dataclasses import dataclass
@@ -62,6 +63,16 @@ class Endpoint:
 
     def async_transport(self) -> httpx.AsyncHTTPTransport | None:
         return httpx.AsyncHTTPTransport(uds=self.socket) if self.socket else None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a host name or address is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def unix(path: str | os.PathLike) -> Endpoint:

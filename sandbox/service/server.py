@@ -13,7 +13,6 @@ leaves every other sandbox running under its supervisor for the next server to r
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import secrets
@@ -31,7 +30,7 @@ from ..common import statefile
 from .api import build_app
 from .auth import with_peer_credentials
 from ..core.config import ServiceConfig
-from .endpoint import EndpointError, unix
+from .endpoint import EndpointError, is_loopback, unix
 from .idle import Activity, stop_when_idle
 from ..core.manager import SandboxManager
 from ..common.paths import StateDir, world_reachable
@@ -55,15 +54,6 @@ def ensure_token(state: StateDir, configured: str) -> str:
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     return token
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class AlreadyServing(RuntimeError):
