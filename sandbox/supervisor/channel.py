@@ -76,6 +76,9 @@ class RuntimeChannel:
         await write_frame(self.writer, message)
         try:
             return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"the sandbox's interpreter did not answer the {message.get('op')} request within "
+                               f"{timeout:g} s (it may be busy, or the host loaded); try again") from None
         finally:
             self.pending.pop(rid, None)
 

@@ -23,8 +23,14 @@ def test_sigterm_ends_streams_cleanly_and_keeps_sandboxes_for_readoption(spawn_s
         sid = support.create(c)["id"]
         support.ok(support.execute(c, sid, "y = 7"))
         # the pool's replacement for a claimed (or cold) sandbox: it holds nobody's state
+        def state_of(sandbox_id: str) -> str | None:  # a sandbox being made has no state.json yet
+            try:
+                return support.read_state(server, sandbox_id).get("state")
+            except (FileNotFoundError, ValueError):
+                return None
+
         pooled = support.wait_for(lambda: [i for i in support.sandbox_ids(server.state_dir) if i != sid
-                                           and support.read_state(server, i).get("state") == "pooled"], 60)
+                                           and state_of(i) == "pooled"], 60)
         assert pooled, c.get("/v1/info").json()
     supervisor = support.supervisor_pid(server, sid)
     thread, out = rs.stream_in_thread(server, sid, LONG_CELL)
