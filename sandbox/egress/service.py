@@ -146,6 +146,10 @@ class EgressService:
             "SANDBOX_EGRESS_PORT": str(FORWARDER_PORT),
             "SSL_CERT_FILE": CA_BUNDLE, "REQUESTS_CA_BUNDLE": CA_BUNDLE, "CURL_CA_BUNDLE": CA_BUNDLE,
             "PIP_CERT": CA_BUNDLE,
+            # one retry: pip shows a failed attempt only in its retry warning, and that line
+            # carries the proxy's refusal (which host, and why); without it pip says only
+            # "no matching distribution" (the proxy answers at once, so the retry is quick)
+            "PIP_RETRIES": "1",
         }
         for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             env[name] = f"http://127.0.0.1:{FORWARDER_PORT}"

@@ -229,7 +229,8 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
 
 # pip without a network: one attempt, no version check, no prompt. Its default is five
 # retries with back-off, each printing a warning before the failure and the hint
-# (runtime/hints.py); an egress policy that allows pip gives retries back (egress/service.py).
+# (runtime/hints.py); an egress policy gives one retry back (the proxy's refusal is in pip's
+# retry warning), or all of them when it allows pip (egress/service.py).
 NO_NETWORK_PIP = {"PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
 
 
