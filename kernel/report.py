@@ -51,7 +51,7 @@ def describe_isolation(iso: dict[str, t.Any]) -> list[str]:
     if reach:
         lines.append("; ".join(reach))
     shown = {"backend", f"{backend}_version", "seccomp", "user_namespace", "host_uid", "memory", "pids", "cpu"}
-    shown |= {"network", "disk", "cgroup", "cgroup_detail"}
+    shown |= {"network", "disk", "cgroup", "cgroup_detail", "pids_host_ceiling"}  # (in the pids line)
     lines.extend(f"{k}: {v}" for k, v in iso.items() if k not in shown)
     return lines
 

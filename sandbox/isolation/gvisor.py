@@ -17,6 +17,14 @@ checkpoint fail (``Cannot save endpoint with bound host socket``). The superviso
 own cgroup handling is off (``--ignore-cgroups``): it runs inside the sandbox's cgroup, so the
 Sentry, the gofer and everything the code starts count against the sandbox's limits.
 
+The ``pids`` limit is the exception: the host cgroup counts gVisor's own host tasks, which
+are not the code's (``host_pids_ceiling``), so the limit on the code is the Sentry's: the
+container's ``RLIMIT_NPROC`` is ``pids``, which the Sentry counts over the tasks of the
+sandbox's uid inside it (the code's processes and threads) and enforces as Linux does, a
+fork or clone past it failing with ``EAGAIN``. gVisor's own pids controller
+(``linux.resources.pids`` in the spec) is not applied under ``--ignore-cgroups``: a bomb got
+every task it asked for. The host cgroup keeps a ceiling above that, for gVisor's tasks.
+
 Traps this module steers clear of: ``checkpoint --leave-running`` hangs in this release, a
 checkpoint taken while a ``runsc exec`` is attached cannot be restored (commands run inside
 the runtime, never through ``exec``), and ``runsc delete`` takes seconds (the per-sandbox
@@ -38,6 +46,29 @@ from . import rootfs
 from .bwrap import sandbox_environment
 
 PLATFORM = "ptrace"
+
+# A gVisor sandbox's host tasks, measured with this runsc (20221219, ptrace, 2 CPUs): at rest,
+# 55 with the runtime (``runsc run``, the Sentry's Go threads, the gofer, the runtime's stub;
+# a bare ``sleep``: 39). On ptrace each guest address space (process) gets a host stub
+# thread for every Sentry thread that has run it, and the Sentry grows a thread for each
+# guest task running at once, so the count grows with processes times concurrent tasks:
+# guest at its limit (RLIMIT_NPROC), 28 sleeping children of the runtime (pids 32) 225;
+# 31 processes of one spinning thread (pids 32) 264; 16 processes of two spinning threads
+# (pids 32) 713, of four (pids 64) 1502; 64 of two (pids 128) 5393; 30 threads in one
+# process 44 to 80. Per guest thread that is from under 1 to over 40 host tasks.
+HOST_TASKS_BASE = 64
+# cgroup pids.max accepts up to PID_MAX_LIMIT (4194304 on 64-bit)
+PIDS_MAX_LIMIT = 1 << 22
+
+
+def host_pids_ceiling(pids: int) -> int:
+    """The host cgroup's pids.max for a gVisor sandbox whose code may have ``pids`` tasks:
+    the Sentry's threads (up to ``pids`` running tasks and 16 of its own), each with a
+    ptrace stub in up to ``pids`` address spaces, plus ``HOST_TASKS_BASE`` for runsc, the
+    gofer and the Sentry at rest. Well above every peak measured (pids 32: 1648, against
+    713); a backstop for the host, not the code's limit (that is the Sentry's RLIMIT_NPROC)."""
+    pids = int(pids)
+    return min(PIDS_MAX_LIMIT, (pids + 16) * (pids + 1) + HOST_TASKS_BASE)
 
 
 @dataclass(frozen=True)
@@ -128,6 +159,9 @@ def write_bundle(sandbox_dir: str, spec: dict, root: dict) -> str:
     if limits.get("file_mb"):
         size = int(limits["file_mb"]) * 1024 * 1024
         rlimits.append({"type": "RLIMIT_FSIZE", "hard": size, "soft": size})
+    if limits.get("pids"):
+        # the code's process limit, enforced by the Sentry (see the module's docstring)
+        rlimits.append({"type": "RLIMIT_NPROC", "hard": int(limits["pids"]), "soft": int(limits["pids"])})
     ro = ["ro", "nosuid", "nodev", "noexec"]
     config = {
         "ociVersion": "1.0.0",

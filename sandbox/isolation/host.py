@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import resource
 
-from . import cgroups, disk
+from ..runtime import vocabulary as V
+from . import cgroups, disk, gvisor
 
 
 def workspace_dir(sandbox_dir: str) -> str:
@@ -44,7 +45,7 @@ class HostResources:
         enforced: dict[str, str] = {}
         if support.version:
             self.cgroup = cgroups.SandboxCgroup(support, spec["id"])
-            enforced = self.cgroup.create(limits.get("memory_mb"), limits.get("pids"), limits.get("cpus"))
+            enforced = self.cgroup.create(limits.get("memory_mb"), self.cgroup_pids(limits), limits.get("cpus"))
             self.oom_baseline = self.cgroup.oom_kills()
             self.pids_baseline = self.cgroup.pids_limit_hits()
         self.rlimits = self._rlimits(support)
@@ -54,6 +55,15 @@ class HostResources:
                 enforced[name] = "rlimit"
         for key in ("memory", "pids", "cpu"):
             enforced.setdefault(key, "none")
+        if self.in_gvisor and limits.get("pids"):
+            # The code's limit is the Sentry's RLIMIT_NPROC; the host cgroup only a ceiling
+            # for gVisor's own tasks (isolation/gvisor.py, host_pids_ceiling).
+            host = enforced["pids"]
+            ceiling = self.cgroup_pids(limits) if host.startswith("cgroup") else None
+            enforced["pids"] = (f"gVisor's Sentry (RLIMIT_NPROC {int(limits['pids'])}: fork and clone fail with EAGAIN "
+                                f"past it; " + (f"host {host} ceiling of {ceiling} tasks for gVisor's own)"
+                                                if ceiling else "no host ceiling: no pids cgroup)"))
+            isolation["pids_host_ceiling"] = ceiling
         if spec.get("disk_quota") and restoring:
             disk.mount(self.workspace_image, self.workspace)
             disk_mode = f"ext4 loop filesystem of {limits['disk_mb']} MiB"
@@ -64,6 +74,19 @@ class HostResources:
             disk_mode = "none (plain directory)"
         isolation.update({"cgroup": support.version or "none", "cgroup_detail": support.reason, **enforced,
                           "host_uid": spec.get("uid"), "disk": disk_mode})
+
+    @property
+    def in_gvisor(self) -> bool:
+        return self.spec.get("isolation_backend") == V.GVISOR
+
+    def cgroup_pids(self, limits: dict) -> int | None:
+        """The cgroup's pids.max for ``limits``: their ``pids`` (bwrap), or under gVisor, whose
+        own host tasks (the Sentry's threads, the gofer, ptrace stubs) count there and which
+        holds the code to ``pids`` itself, a ceiling above it."""
+        pids = limits.get("pids")
+        if pids and self.in_gvisor:
+            return gvisor.host_pids_ceiling(pids)
+        return pids
 
     @property
     def cgroup_dirs(self) -> list[str]:

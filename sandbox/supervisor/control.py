@@ -110,7 +110,7 @@ class ControlServer:
         limits.update(request.get("limits") or {})
         cgroup = supervisor.host.cgroup
         if cgroup is not None and limits != record["limits"]:
-            cgroup.set_limits(limits.get("memory_mb"), limits.get("pids"), limits.get("cpus"))
+            cgroup.set_limits(limits.get("memory_mb"), supervisor.host.cgroup_pids(limits), limits.get("cpus"))
         record["limits"] = limits
         supervisor.spec["limits"] = limits
         supervisor.usage.meter.start_billing()

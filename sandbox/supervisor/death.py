@@ -25,6 +25,11 @@ def death_cause(code: int | None, host: HostResources, limits: dict, isolation: 
     elif code is not None and code > 128:
         signum = code - 128
     if cgroup is not None and cgroup.pids_limit_hits() > host.pids_baseline:
+        if isolation.get("pids_host_ceiling"):
+            return V.PIDS, (f"gVisor's own host tasks (its Sentry's threads, the gofer, a ptrace stub per address "
+                            f"space and thread) reached the sandbox's host ceiling of {isolation['pids_host_ceiling']} "
+                            f"and its runtime died (exit code {code}); the code's own process limit is "
+                            f"{limits.get('pids')} processes")
         return V.PIDS, (f"the sandbox hit its process limit ({limits.get('pids')} processes) and its "
                         f"runtime died (exit code {code})")
     if signum == signal.SIGKILL and isolation.get("memory") == "rlimit":
