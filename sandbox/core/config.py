@@ -20,6 +20,7 @@ MiB = 1024 * 1024
 NODE_ID = re.compile(r"[a-z0-9]([a-z0-9.-]{0,38}[a-z0-9])?")
 DEFAULT_PORT = 8765
 DAY = 86400
+SLEEP_AFTER_ENV = "SANDBOX_KERNEL_GVISOR_SLEEP_AFTER"
 
 
 class ServiceConfig(Configurable):
@@ -40,6 +41,10 @@ class ServiceConfig(Configurable):
     max_lifetime_seconds = Int(DAY, help="Absolute cap on a sandbox's life.").tag(config=True)
     max_lifetime_cap_seconds = Int(14 * DAY, help="The largest max_lifetime a request may ask for.").tag(config=True)
     min_ttl_seconds = Int(1).tag(config=True)
+    gvisor_sleep_after_seconds = Int(help="A gVisor sandbox with no call for this long is paused (its memory "
+                                     "checkpointed to disk) and woken by its next call; its TTL and maximum "
+                                     "lifetime run on as if it were up. 0: never (default 600, or "
+                                     f"{SLEEP_AFTER_ENV}).").tag(config=True)
 
     memory_mb = Int(1024).tag(config=True)
     cpus = Float(1.0).tag(config=True)
@@ -136,6 +141,20 @@ class ServiceConfig(Configurable):
     @default("state_dir")
     def _state_dir_default(self):
         return default_state_dir()
+
+    @default("gvisor_sleep_after_seconds")
+    def _sleep_after_default(self):
+        value = os.environ.get(SLEEP_AFTER_ENV, "").strip()
+        try:
+            return int(value) if value else 600
+        except ValueError:
+            raise TraitError(f"{SLEEP_AFTER_ENV}={value!r}: a whole number of seconds (0: never)") from None
+
+    @validate("gvisor_sleep_after_seconds")
+    def _check_sleep_after(self, proposal):
+        if proposal["value"] < 0:
+            raise TraitError("gvisor_sleep_after_seconds: 0 (never) or more seconds")
+        return proposal["value"]
 
     @default("token")
     def _token_default(self):

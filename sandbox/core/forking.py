@@ -36,7 +36,7 @@ from ..common.timeline import Timeline
 
 # Fields of the source's record that describe its own life, not the state it holds.
 _OWN_LIFE = ("supervisor_pid", "cgroup_dirs", "restore_error", "restored_in_seconds", "exit_code", "ended_at",
-             "extended_until", "pause_message")
+             "extended_until", "pause_message", "paused_by")
 
 
 def lay_out(source_dir: str, fork_dir: str, fork_id: str, *, ttl: int, max_life: int,

@@ -33,6 +33,10 @@ class Handle:
     # The supervisor's state.json as last read, and the (inode, mtime, size) it was read at.
     saved: dict | None = None
     saved_at: tuple[int, int, int] | None = None
+    # When a call last needed it running (``PauseResume.wake``), by this server's clock: the
+    # sleeper counts idleness from this or the supervisor's ``used_at``, whichever is later,
+    # so a call on its way (not yet at the supervisor) is never slept under.
+    called_at: float = 0.0
 
     def saved_record(self) -> dict:
         """state.json, read again only when the supervisor replaced it (every save is a
@@ -65,8 +69,9 @@ class Handle:
 pid_is_supervisor = paths.is_supervisor_of
 
 
-def describe(handle: Handle, egress: dict | None) -> dict:
-    """The sandbox as GET /v1/sandboxes/{id} shows it; ``egress``: its proxy's view, if any."""
+def describe(handle: Handle, egress: dict | None, sleeps_at: float | None = None) -> dict:
+    """The sandbox as GET /v1/sandboxes/{id} shows it; ``egress``: its proxy's view, if any;
+    ``sleeps_at``: when the sleeper will pause it if no call comes (sleeper.py)."""
     record = handle.record
     out = {
         "id": handle.id,
@@ -96,6 +101,8 @@ def describe(handle: Handle, egress: dict | None) -> dict:
     if (record.get("isolation") or {}).get("backend") == V.GVISOR:
         out["on_idle"] = record.get("on_idle") or V.ON_IDLE_DELETE
         out["paused_at"] = record.get("paused_at")
+        out["paused_by"] = record.get("paused_by") if record.get("state") == V.PAUSED else None
+        out["sleeps_at"] = statefile.iso(sleeps_at)
         out["checkpoint"] = record.get("checkpoint")
         out["timeline"] = record.get("timeline")  # the last pause, resume or fork's steps (timeline.py)
     return out

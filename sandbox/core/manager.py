@@ -10,6 +10,7 @@ no state of a sandbox of its own; each job has one part:
 - ``admission``: the gate (stopping, draining) and the capacity claimed sandboxes hold;
 - ``pause_resume.PauseResume``: checkpoints, restores and forks (gVisor);
 - ``reaper.Reaper``: the once-a-second clock (ended supervisors, paused lifetimes, tombstones);
+- ``sleeper.Sleeper``: idle gVisor sandboxes paused after ``gvisor_sleep_after_seconds``;
 - ``readoption.Readoption``: taking back, after a restart, what a previous server left.
 
 Each sandbox's supervisor writes ``state.json`` and serves a control socket, so after a
@@ -33,6 +34,7 @@ from ..common.paths import StateDir
 from .pause_resume import PauseResume
 from .readoption import Readoption, sandboxes_left
 from .reaper import Reaper
+from .sleeper import Sleeper
 from .registry import Registry
 from ..runtime import vocabulary as V
 from .supervisor_calls import SupervisorCalls
@@ -61,7 +63,9 @@ class SandboxManager:
         self.pool = WarmPool(config, self.images, self.registry, self.launcher, self.calls, self.gate.may_fill_pool)
         self.pausing = PauseResume(config, self.state_dir, self.registry, self.calls, self.launcher, self.gate,
                                    self.ledger)
-        self.reaper = Reaper(self.state_dir, self.registry, self.pausing.end_paused, self.pausing.resting)
+        self.sleeper = Sleeper(config, self.registry, self.pausing)
+        self.reaper = Reaper(self.state_dir, self.registry, self.pausing.end_paused, self.pausing.resting,
+                             self.sleeper.tick)
         self.readoption = Readoption(self.state_dir, self.registry, self.calls, self.pool, self.egress,
                                      self._caller_exited)
         self.tasks: list[asyncio.Task] = []
@@ -113,6 +117,7 @@ class SandboxManager:
         self.gate.shutting_down.set()
         for task in self.tasks:
             task.cancel()
+        self.sleeper.stop()
         self.tenancy.close()
         ending = [h for h in list(self.live.values())
                   if self.config.delete_on_shutdown or h.record.get("state") == V.POOLED]
@@ -136,7 +141,7 @@ class SandboxManager:
         return self.tenancy.owner_of(sandbox_id)
 
     def describe(self, handle: Handle) -> dict:
-        return handles.describe(handle, self.egress.describe(handle.id))
+        return handles.describe(handle, self.egress.describe(handle.id), self.sleeper.sleeps_at(handle))
 
     async def refresh(self, handle: Handle) -> dict:
         if handle.record.get("state") != V.PAUSED:  # a paused one has no supervisor to ask

@@ -55,8 +55,26 @@ class PauseResume:
             await self.settled(handle)
         if handle.record.get("state") == V.PAUSED:
             return
+        await self._checkpoint(handle, {"op": "pause"})
+
+    async def put_to_sleep(self, handle: Handle, idle_seconds: int) -> bool:
+        """The sleeper's pause (sleeper.py): only if the sandbox had no call for
+        ``idle_seconds`` (else the supervisor refuses: 409 ``used_since``, or ``busy``), and
+        under its restore lock, so that a call arriving meanwhile waits for the pause and then
+        wakes it (``wake``). False when a restore or a fork holds the lock, or it is not running."""
+        lock = self.waking.setdefault(handle.id, asyncio.Lock())
+        if lock.locked():
+            return False
+        async with lock:
+            if handle.record.get("state") != V.RUNNING:
+                return False
+            await self._checkpoint(handle, {"op": "pause", "by": V.PAUSED_BY_IDLE, "idle_seconds": idle_seconds,
+                                            "message": f"no call for {idle_seconds} s"})
+        return True
+
+    async def _checkpoint(self, handle: Handle, request: dict) -> None:
         started = time.monotonic()
-        await self.calls.call(handle, {"op": "pause"}, timeout=CHECKPOINT_WAIT)
+        await self.calls.call(handle, request, timeout=CHECKPOINT_WAIT)
         await self.registry.wait_for_exit(handle)
         _server_share(handle.record, "pause", time.monotonic() - started)
 
@@ -70,9 +88,13 @@ class PauseResume:
 
     async def wake(self, handle: Handle, admitted: bool = False) -> str | None:
         """Restore a paused sandbox before a call that needs it running; a note saying so
-        (for the execute stream), or None when it was not paused. Callers that arrive while a
-        restore is under way wait for that one. ``admitted``: its room is already counted (a
+        and how long the caller waited (for the execute stream), or None when it was not
+        paused. Callers that arrive while a restore or a pause is under way wait for it (a
+        sleeper's pause: then they wake it). ``admitted``: its room is already counted (a
         fork and the source it paused), so the capacity check is not made twice."""
+        called = time.monotonic()
+        handle.called_at = time.time()  # before any wait: the sleeper sees a call on its way
+        await self.settled(handle)
         if handle.record.get("state") != V.PAUSED:
             return None
         lock = self.waking.setdefault(handle.id, asyncio.Lock())
@@ -81,7 +103,8 @@ class PauseResume:
                 return None
             if not admitted:
                 self.ledger.check_restore(handle)
-            checkpoint = handle.record.get("checkpoint") or {}
+            paused = handle.record
+            checkpoint = paused.get("checkpoint") or {}
             log.info("restoring paused sandbox %s", handle.id)
             started = time.monotonic()
             ready = await self.launcher.start_supervisor(handle, "--restore")
@@ -94,9 +117,7 @@ class PauseResume:
                 raise ApiError(503, "unavailable", f"the paused sandbox could not be restored: {ready.get('error')}")
             handle.record = ready["state"]
             _server_share(handle.record, "resume", time.monotonic() - started)
-        size = checkpoint.get("size_bytes") or 0
-        return (f"[sandbox: restored from its checkpoint of {size / 1e6:.1f} MB taken at {checkpoint.get('taken_at')}, "
-                f"in {handle.record.get('restored_in_seconds')} s; variables kept]\n")
+        return wake_note(paused, time.monotonic() - called)
 
     async def fork(self, source: Handle, request: dict, owner: int | None = None) -> Handle:
         """A second, independent sandbox restored from the source's checkpoint (see forking.py).
@@ -204,6 +225,18 @@ class PauseResume:
         self.registry.live.pop(handle.id, None)
         self.waking.pop(handle.id, None)
         self.registry.bury(handle.id, record, handle.dir)
+
+
+def wake_note(paused: dict, waited: float) -> str:
+    """What the first call after a pause says: that it waited for a restore, and how long; a
+    sandbox put to sleep by idleness (sleeper.py) says so, since when and why."""
+    checkpoint = paused.get("checkpoint") or {}
+    size = (checkpoint.get("size_bytes") or 0) / 1e6
+    if paused.get("paused_by") == V.PAUSED_BY_IDLE:
+        return (f"[sandbox: it was asleep since {paused.get('paused_at')} ({paused.get('pause_message')}); woke in "
+                f"{waited:.1f} s, restored from its checkpoint of {size:.1f} MB; variables kept]\n")
+    return (f"[sandbox: restored from its checkpoint of {size:.1f} MB taken at {checkpoint.get('taken_at')}, "
+            f"in {waited:.1f} s; variables kept]\n")
 
 
 def _server_share(record: dict, operation: str, seconds: float) -> None:

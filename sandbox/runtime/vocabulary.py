@@ -235,6 +235,16 @@ ON_IDLE_DELETE = "delete"
 ON_IDLE_PAUSE = "pause"
 ON_IDLE = (ON_IDLE_DELETE, ON_IDLE_PAUSE)
 
+#: Who paused a gVisor sandbox (``paused_by`` of its object): a caller (``POST .../pause``, a
+#: fork taking its checkpoint, a kernel keeping its notebook's sandbox), its idle TTL running
+#: out with ``on_idle: "pause"``, or idleness: the server's sleep-after (no call for
+#: ``gvisor_sleep_after_seconds``; sandbox/core/sleeper.py). A sandbox paused by ``idle`` is
+#: *asleep*: its TTL and maximum lifetime run on as if it were up.
+PAUSED_BY_REQUEST = "request"
+PAUSED_BY_TTL = "ttl"
+PAUSED_BY_IDLE = "idle"
+PAUSED_BY = (PAUSED_BY_REQUEST, PAUSED_BY_TTL, PAUSED_BY_IDLE)
+
 #: Why a pause was refused (``reason`` of the 409): the sandbox is not a gVisor one, it is
 #: busy (a cell or command running: a checkpoint mid-call could not be answered), it is not
 #: running, or the checkpoint itself failed (the sandbox keeps running if it still can).
@@ -243,9 +253,12 @@ PAUSE_NOT_SUPPORTED = "not_supported"
 PAUSE_BUSY = "busy"
 PAUSE_NOT_RUNNING = "not_running"
 PAUSE_FAILED = "checkpoint_failed"
+#: A pause asked only if the sandbox had no call for a while (the sleeper's), refused: one came since.
+PAUSE_USED_SINCE = "used_since"
 #: A paused sandbox whose checkpoint cannot be restored here (another runsc or image).
 RESTORE_VERSION_MISMATCH = "version_mismatch"
-PAUSE_REFUSALS = (PAUSE_NOT_SUPPORTED, PAUSE_BUSY, PAUSE_NOT_RUNNING, PAUSE_FAILED, RESTORE_VERSION_MISMATCH)
+PAUSE_REFUSALS = (PAUSE_NOT_SUPPORTED, PAUSE_BUSY, PAUSE_NOT_RUNNING, PAUSE_FAILED, PAUSE_USED_SINCE,
+                  RESTORE_VERSION_MISMATCH)
 
 
 # ----------------------------------------------------------------- event fields

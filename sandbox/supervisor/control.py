@@ -90,7 +90,10 @@ class ControlServer:
         return {"ok": True}
 
     async def op_pause(self, request: dict) -> dict:
-        return await pause(self.supervisor, request.get("message") or "it was asked to pause")
+        by = request.get("by") if request.get("by") in V.PAUSED_BY else V.PAUSED_BY_REQUEST
+        idle = request.get("idle_seconds")
+        return await pause(self.supervisor, request.get("message") or "it was asked to pause", by=by,
+                           idle_seconds=float(idle) if isinstance(idle, (int, float)) else None)
 
     async def op_status(self, request: dict) -> dict:
         return {"ok": True, "state": self.supervisor.public_state()}

@@ -31,7 +31,7 @@ async def watch_deadlines(supervisor: SupervisorCore) -> None:
                 and not channel.commands and record["state"] in (V.RUNNING, V.POOLED)):
             what = "pool idle time" if record["pooled"] else f"TTL of {record['ttl_seconds']} s"
             if supervisor.spec.get("on_idle") == V.ON_IDLE_PAUSE:  # sleep on disk instead of ending
-                reply = await pause(supervisor, f"it was not used within its {what}")
+                reply = await pause(supervisor, f"it was not used within its {what}", by=V.PAUSED_BY_TTL)
                 if reply.get("ok"):
                     supervisor.finished.set()
                     return

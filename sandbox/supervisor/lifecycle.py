@@ -77,7 +77,8 @@ class Supervisor:
         self.proc = launched.proc
         reader, self.channel.writer = launched.channel
         if self.restoring:
-            self.record.touch()  # its idle time starts again now, not when it was paused
+            if not self.slept_with_ttl_left():
+                self.record.touch()  # its idle time starts again now, not when it was paused
         else:
             self.record["runtime"] = {k: launched.ready.get(k) for k in ("python", "preloaded", "preload_failed")}
             V.advance(self.record, V.POOLED if self.record["pooled"] else V.RUNNING)
@@ -91,6 +92,12 @@ class Supervisor:
             await restored(self, started)
             self.mark("runsc_restore_and_first_ping")
             self.record["timeline"] = self.timeline.as_field()
+
+    def slept_with_ttl_left(self) -> bool:
+        """Put to sleep by idleness with TTL left: waking is not a use, so its TTL runs on
+        as if it had stayed up (the call that woke it renews it, if it is an execute)."""
+        return (self.record.get("paused_by") == V.PAUSED_BY_IDLE
+                and time.time() < statefile.epoch(self.record["expires_at"]))
 
     def mark(self, step: str) -> None:
         """Close a step of the pause or restore under way (none: nothing to time)."""

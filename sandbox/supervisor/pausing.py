@@ -33,8 +33,10 @@ CHECKPOINT_TIMEOUT = 600.0
 RUNSC_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
-def refusal(supervisor: SupervisorCore, holding_lock: bool = False) -> dict | None:
-    """The refusal a pause gets now, or None if the sandbox may pause."""
+def refusal(supervisor: SupervisorCore, holding_lock: bool = False, idle_seconds: float | None = None) -> dict | None:
+    """The refusal a pause gets now, or None if the sandbox may pause. ``idle_seconds``: only
+    if it had no call for that long (the sleeper's pause; the server's view of the last call
+    may be a second old, this record's is not)."""
     record, channel = supervisor.record, supervisor.channel
     why = None
     if supervisor.spec.get("isolation_backend") != V.GVISOR:
@@ -46,19 +48,24 @@ def refusal(supervisor: SupervisorCore, holding_lock: bool = False) -> dict | No
         why = V.PAUSE_BUSY, "a cell is running; pause when it is done (or interrupt it)"
     elif channel.commands:
         why = V.PAUSE_BUSY, f"{len(channel.commands)} command(s) are running; pause when they are done"
+    elif idle_seconds is not None and record.get("used_at") and \
+            time.time() - statefile.epoch(record["used_at"]) < idle_seconds:
+        why = V.PAUSE_USED_SINCE, f"it was used at {record['used_at']}, less than {idle_seconds:g} s ago"
     if why is None:
         return None
     return {"error": "conflict", "reason": why[0], "message": f"the sandbox cannot pause: {why[1]}"}
 
 
-async def pause(supervisor: SupervisorCore, why: str) -> dict:
-    """Checkpoint and stop the sandbox; the control server's reply (``ok`` or a refusal)."""
-    refused = refusal(supervisor)
+async def pause(supervisor: SupervisorCore, why: str, by: str = V.PAUSED_BY_REQUEST,
+                idle_seconds: float | None = None) -> dict:
+    """Checkpoint and stop the sandbox; the control server's reply (``ok`` or a refusal).
+    ``by``: who paused it (``paused_by``); ``idle_seconds``: see ``refusal``."""
+    refused = refusal(supervisor, idle_seconds=idle_seconds)
     if refused is not None:
         return refused
     timeline = Timeline("pause")
     async with supervisor.exec_lock:  # no cell starts while the checkpoint is taken
-        refused = refusal(supervisor, holding_lock=True)
+        refused = refusal(supervisor, holding_lock=True, idle_seconds=idle_seconds)
         if refused is not None:
             return refused
         timeline.mark("wait_for_idle")
@@ -91,7 +98,7 @@ async def pause(supervisor: SupervisorCore, why: str) -> dict:
                                     rootfs_version=supervisor.record["isolation"].get("rootfs_version"),
                                     seconds=time.monotonic() - started, memory_bytes=memory)
         timeline.mark("commit_checkpoint")
-        V.advance(supervisor.record, V.PAUSED, paused_at=statefile.iso(time.time()), pause_message=why,
+        V.advance(supervisor.record, V.PAUSED, paused_at=statefile.iso(time.time()), pause_message=why, paused_by=by,
                   checkpoint={k: record[k] for k in ("taken_at", "size_bytes", "seconds", "runsc_version",
                                                      "memory_bytes_before", "rootfs_version")})
         supervisor.record["timeline"] = timeline.as_field()
@@ -122,7 +129,7 @@ async def restored(supervisor: SupervisorCore, started: float) -> None:
         raise RuntimeError(f"the sandbox did not come back from its checkpoint ({exc or type(exc).__name__}): "
                            f"{log_tail(supervisor.dir)}") from None
     record = supervisor.record
-    V.advance(record, V.RUNNING, paused_at=None, restore_error=None)
+    V.advance(record, V.RUNNING, paused_at=None, paused_by=None, restore_error=None)
     record["restored_in_seconds"] = round(time.monotonic() - started, 3)
     record["restores"] = int(record.get("restores") or 0) + 1
 

@@ -100,8 +100,10 @@ class StateRecord(dict):
 
     def touch(self) -> None:
         """Slide the TTL: every execute and every renew pushes expiry out, never past the cap,
-        and never before a one-off extension (renew's extend_seconds) runs out."""
+        and never before a one-off extension (renew's extend_seconds) runs out. ``used_at``
+        keeps when: the sleeper (sandbox/core/sleeper.py) counts idleness from it."""
         now = time.time()
+        self["used_at"] = iso(now)
         expires = max(now + self["ttl_seconds"], self.get("extended_until") or 0)
         self["expires_at"] = min(expires, self["max_expires_at"])
 
