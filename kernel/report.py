@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import typing as t
 
+from sandbox.runtime import vocabulary as V
+
 from . import usage_note
 from .failure import CellFailure
 from .magic_host import HELP, MagicHost
@@ -12,6 +14,20 @@ from .outputs import format_bytes, format_duration
 
 def _when(value: t.Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else "?"
+
+
+def state_line(info: t.Any) -> str:
+    """The sandbox's state, and on the gVisor tier whether it sleeps: a sandbox put to sleep by
+    idleness (paused_by "idle") is asleep and wakes on the next cell; a running one says when
+    it will sleep if no cell comes (the server's gvisor_sleep_after_seconds)."""
+    if info.state == V.PAUSED and info.paused_by == V.PAUSED_BY_IDLE:
+        return f"asleep since {_when(info.paused_at)} (no cell for a while): on disk, wakes on the next cell"
+    state = info.state + (f" ({info.dead_reason})" if info.dead_reason else "")
+    if info.executing:
+        return state + ", running a cell"
+    if info.sleeps_at is not None:
+        return state + f", sleeps at {_when(info.sleeps_at)} if no cell comes (its memory to disk)"
+    return state
 
 
 def ttl_line(info: t.Any) -> str:
@@ -94,10 +110,9 @@ def describe(
     if lim.file_bytes is not None:
         limits.append(f"files up to {format_bytes(lim.file_bytes)}")
     iso_lines = describe_isolation(info.isolation or {})
-    state = info.state + (f" ({info.dead_reason})" if info.dead_reason else "")
     rows = [
         ("sandbox", f"{info.id}"),
-        ("state", state + (", running a cell" if info.executing else "")),
+        ("state", state_line(info)),
         ("image", f"{info.image or '?'}" + (" (from the warm pool)" if info.from_pool else "")),
         ("created", _when(info.created_at)),
         ("TTL", ttl_line(info)),
@@ -132,7 +147,8 @@ def sandbox_table(infos: t.Sequence[t.Any], bindings: t.Sequence[t.Any], current
         else:
             whose = "no notebook's"
         age = format_duration((_now() - info.created_at).total_seconds()) if info.created_at else "?"
-        lines.append(f"{info.id}  {info.state:<8} {age:>8} old  {whose}")
+        state = "asleep" if info.state == V.PAUSED and info.paused_by == V.PAUSED_BY_IDLE else info.state
+        lines.append(f"{info.id}  {state:<8} {age:>8} old  {whose}")
     return "".join(line + "\n" for line in lines) + "%sandbox attach ID takes one; %sandbox new starts fresh\n"
 
 

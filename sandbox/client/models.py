@@ -62,6 +62,11 @@ class SandboxInfo:
     dead_reason: str | None = None
     metadata: dict[str, t.Any] = field(default_factory=dict)
     forked_from: str | None = None  # the sandbox this one was forked from (gvisor)
+    # gvisor: who paused it ("request", "ttl", or "idle": asleep), when, and when a running one
+    # will be put to sleep if no call comes (None: it will not)
+    paused_by: str | None = None
+    paused_at: datetime | None = None
+    sleeps_at: datetime | None = None
     # What it uses (docs/api.md, `usage`): cpu_seconds, memory_bytes, memory_peak_bytes, disk_bytes, ...
     usage: dict[str, t.Any] = field(default_factory=dict)
     raw: dict[str, t.Any] = field(default_factory=dict, repr=False, compare=False)
@@ -84,6 +89,9 @@ class SandboxInfo:
             dead_reason=data.get("dead_reason"),
             metadata=dict(data.get("metadata") or {}),
             forked_from=data.get("forked_from"),
+            paused_by=data.get("paused_by"),
+            paused_at=_parse_time(data.get("paused_at")),
+            sleeps_at=_parse_time(data.get("sleeps_at")),
             usage=dict(data.get("usage") or {}),
             raw=dict(data),
         )

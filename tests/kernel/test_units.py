@@ -304,3 +304,25 @@ def test_a_binding_that_is_not_ours_or_not_an_id_is_ignored(tmp_path):
                 json.dumps(["a"])):
         lease.path.write_text(bad)
         assert lease.read() is None, bad
+
+
+# --------------------------------------------------------------------- %sandbox: asleep
+
+
+def test_sandbox_report_says_asleep_and_when_a_running_one_sleeps():
+    from kernel.report import describe, sandbox_table
+    from sandbox.client.models import SandboxInfo
+
+    def state_row(info):
+        return next(line for line in describe(info, "unix:/s", []).splitlines() if line.startswith("state"))
+
+    asleep = SandboxInfo.from_dict({"id": "sbx-a", "state": "paused", "paused_by": "idle",
+                                    "paused_at": "2026-12-05T05:00:00.000Z"})
+    assert state_row(asleep).split(None, 1)[1].startswith("asleep since 2026-12-05 05:00:00 UTC")
+    assert "sbx-a  asleep" in sandbox_table([asleep], [], None, None)
+    asked = SandboxInfo.from_dict({"id": "sbx-p", "state": "paused", "paused_by": "request"})
+    assert state_row(asked).split() == ["state", "paused"]
+    up = SandboxInfo.from_dict({"id": "sbx-u", "state": "running", "sleeps_at": "2026-12-05T05:10:00.000Z"})
+    assert "running, sleeps at 2026-12-05 05:10:00 UTC if no cell comes" in state_row(up)
+    never = SandboxInfo.from_dict({"id": "sbx-n", "state": "running", "sleeps_at": None})
+    assert state_row(never).split() == ["state", "running"]
