@@ -27,7 +27,7 @@ from ..common.errors import ApiError
 from .handles import Handle
 from ..common.ids import new_sandbox_id
 from ..images.images import ImageStore
-from ..isolation import bwrap, disk, gvisor, host
+from ..isolation import bwrap, disk, gvisor, host, workspace_store
 from ..common.paths import SUPERVISOR_DIR_ENV, StateDir, open_private_log
 from .registry import Registry
 from ..runtime import vocabulary as V
@@ -90,6 +90,7 @@ class Launcher:
         self.egress = egress
         self.root = os.geteuid() == 0
         self.disk_quota = disk.available()[0]
+        self.workspace_store: str | None = None  # where gVisor workspaces live: see prepare()
         self.runtime_dir = ""
         self.bwrap_path: str | None = None
         self.bwrap_version: list[int] | None = None
@@ -97,6 +98,10 @@ class Launcher:
     def prepare(self) -> None:
         """Blocking start-up work: the runtime copy and the server's own bwrap."""
         self.runtime_dir = install_runtime(self.state_dir.runtimes)
+        # gVisor sandboxes fork: their workspaces go to a store that shares blocks, unless
+        # the state directory's own filesystem already does (or no store can be made here)
+        if self.disk_quota and workspace_store.available()[0] and not workspace_store.shares_blocks(self.state_dir.sandboxes):
+            self.workspace_store = self.state_dir.root
         binary = bwrap.discover()
         self.bwrap_path = bwrap.install_copy(binary, os.path.join(self.state_dir.root, "bwrap")) if binary else None
         self.bwrap_version = list(binary.version) if binary else None
@@ -132,6 +137,7 @@ class Launcher:
             "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path, "bwrap_version": self.bwrap_version,
             "unsafe_test_only_layers_off": testonly.honoured(self.config),
             "isolation_backend": isolation, "on_idle": on_idle,
+            "workspace_store": self.workspace_store if isolation == V.GVISOR else None,
             "usage_record_seconds": self.config.usage_record_seconds,
         }
         if egress is not None:

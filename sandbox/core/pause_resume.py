@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 
-from ..isolation import checkpoints
+from ..isolation import checkpoints, disk, host
 from . import forking
 from ..common import statefile
 from .admission import CapacityLedger, Gate
@@ -204,6 +204,7 @@ class PauseResume:
                                                     max_life=max_life, metadata=request.get("metadata"),
                                                     timeline=timeline)
             except (OSError, RuntimeError) as exc:
+                disk.destroy(host.workspace_image(d))  # a workspace already in the store goes too
                 shutil.rmtree(d, ignore_errors=True)
                 raise ApiError(503, "unavailable", f"the fork could not be laid out: {exc}") from None
         fork = Handle(fork_id, d, source.image, source.uid, record=record)

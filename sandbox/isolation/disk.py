@@ -13,8 +13,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 
 MKFS = shutil.which("mkfs.ext4") or "/usr/sbin/mkfs.ext4"
+# A busy workspace is unmounted again for this long (its last processes going), then lazily.
+BUSY_RETRY_SECONDS = 0.5
 
 
 def available() -> tuple[bool, str]:
@@ -32,12 +35,12 @@ def _mkfs(image: str, size_mb: int, *options: str) -> None:
     with open(image, "wb") as f:
         f.truncate(int(size_mb) * 1024 * 1024)
     os.chmod(image, 0o600)
-    _run([MKFS, "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0", *options, image])
+    run([MKFS, "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0", *options, image])
 
 
 def create(image: str, mountpoint: str, size_mb: int, owner: int | None) -> None:
     _mkfs(image, size_mb)
-    _run(["mount", "-o", "loop,nosuid,nodev", image, mountpoint])
+    run(["mount", "-o", "loop,nosuid,nodev", image, mountpoint])
     shutil.rmtree(os.path.join(mountpoint, "lost+found"), ignore_errors=True)
     if owner is not None:
         os.chown(mountpoint, owner, owner)
@@ -49,7 +52,7 @@ def mount(image: str, mountpoint: str, read_only: bool = False) -> None:
     reboot too; a packed tree read-only); one already mounted there is reused."""
     if not os.path.ismount(mountpoint):
         os.makedirs(mountpoint, exist_ok=True)
-        _run(["mount", "-o", "loop,nosuid,nodev" + ",ro" * read_only, image, mountpoint])
+        run(["mount", "-o", "loop,nosuid,nodev" + ",ro" * read_only, image, mountpoint])
 
 
 def pack(tree: str, image: str) -> None:
@@ -69,23 +72,85 @@ def pack(tree: str, image: str) -> None:
     _mkfs(image, size_mb, "-O", "^has_journal", "-b", "4096", "-N", str(files + 1024), "-d", tree)
 
 
-def unmount(mountpoint: str) -> None:
-    """Unmount a workspace and keep its image (a paused sandbox's files stay on disk)."""
+def unmount(mountpoint: str, settle_seconds: float = 0.0) -> bool:
+    """Unmount a workspace and keep its image (a paused sandbox's files stay on disk).
+
+    A mount still busy (a process of the sandbox not quite gone) is tried again for
+    ``settle_seconds``, then detached lazily: the filesystem then lives on, unwritten, until
+    its last user goes. Whoever reads the image next (a restore, a fork's copy) must not
+    start before that, so with ``settle_seconds`` this also waits for the loop device to
+    let go of the image. True when the image is free (always, without ``settle_seconds``)."""
+    deadline = time.monotonic() + settle_seconds
+    retry_until = time.monotonic() + min(settle_seconds, BUSY_RETRY_SECONDS)
     if os.path.ismount(mountpoint):
-        subprocess.run(["umount", mountpoint], capture_output=True)
+        image = backing_file(mountpoint)
+        while True:
+            subprocess.run(["umount", mountpoint], capture_output=True)
+            if not os.path.ismount(mountpoint) or time.monotonic() >= retry_until:
+                break
+            time.sleep(0.05)
         if os.path.ismount(mountpoint):
             subprocess.run(["umount", "-l", mountpoint], capture_output=True)
+        if settle_seconds and image:
+            return wait_free(image, deadline - time.monotonic())
+    return True
 
 
-def destroy(image: str, mountpoint: str) -> None:
-    unmount(mountpoint)
+def wait_free(image: str, seconds: float) -> bool:
+    """Wait until no loop device holds ``image`` (a lazily detached mount writes its last
+    data on its way out); True once free, False if still held after ``seconds``."""
+    deadline = time.monotonic() + max(0.0, seconds)
+    while in_loop(image):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def backing_file(mountpoint: str) -> str | None:
+    """The image file behind a loop mount, or None."""
     try:
-        os.unlink(image)
-    except FileNotFoundError:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if fields[4] == mountpoint and " - " in line:
+                    source = line.split(" - ", 1)[1].split()[1]
+                    if source.startswith("/dev/loop"):
+                        with open(f"/sys/block/{os.path.basename(source)}/loop/backing_file") as b:
+                            return b.read().strip()
+    except OSError:
         pass
+    return None
 
 
-def _run(argv: list[str]) -> None:
+def in_loop(image: str) -> bool:
+    """Whether a loop device still holds ``image`` (a lazily detached mount not yet gone)."""
+    image = os.path.realpath(image)
+    for entry in os.listdir("/sys/block"):
+        if entry.startswith("loop"):
+            try:
+                with open(f"/sys/block/{entry}/loop/backing_file") as f:
+                    if f.read().strip().removesuffix(" (deleted)") == image:
+                        return True
+            except OSError:
+                continue
+    return False
+
+
+def destroy(image: str, mountpoint: str | None = None) -> None:
+    """Unmount a workspace and delete its image: the file a link names too (a workspace in
+    the store of ``workspace_store.py``), then the link."""
+    if mountpoint is not None:
+        unmount(mountpoint)
+    paths = [os.path.realpath(image), image] if os.path.islink(image) else [image]
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def run(argv: list[str]) -> None:
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{os.path.basename(argv[0])} failed: {r.stderr.strip() or r.returncode}")

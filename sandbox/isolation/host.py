@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
 
 from ..runtime import vocabulary as V
-from . import cgroups, disk, gvisor
+from . import cgroups, disk, gvisor, workspace_store
+
+
+# How long a paused sandbox's workspace may take to be free of its last run (a lazily
+# detached mount writing its last data) before a restore or a fork gives up on it.
+SETTLE_SECONDS = 30.0
 
 
 def workspace_dir(sandbox_dir: str) -> str:
@@ -64,14 +70,23 @@ class HostResources:
                                 f"past it; " + (f"host {host} ceiling of {ceiling} tasks for gVisor's own)"
                                                 if ceiling else "no host ceiling: no pids cgroup)"))
             isolation["pids_host_ceiling"] = ceiling
+        store = spec.get("workspace_store")  # the state directory whose store holds the image, or None
         if spec.get("disk_quota") and restoring:
+            if store and workspace_store.in_store(self.workspace_image):
+                workspace_store.ensure(store)  # mounted again after a reboot
+            if not disk.wait_free(self.workspace_image, SETTLE_SECONDS):  # two mounts of one image corrupt it
+                raise RuntimeError("the workspace image is still held by the sandbox's previous run")
             disk.mount(self.workspace_image, self.workspace)
             disk_mode = f"ext4 loop filesystem of {limits['disk_mb']} MiB"
         elif spec.get("disk_quota"):
+            if store:
+                workspace_store.place(store, spec["id"], self.workspace_image)
             disk.create(self.workspace_image, self.workspace, limits["disk_mb"], spec.get("uid"))
             disk_mode = f"ext4 loop filesystem of {limits['disk_mb']} MiB"
         else:
             disk_mode = "none (plain directory)"
+        if spec.get("disk_quota") and workspace_store.in_store(self.workspace_image):
+            disk_mode += " in a store whose copies share blocks (a fork's workspace costs no copy)"
         isolation.update({"cgroup": support.version or "none", "cgroup_detail": support.reason, **enforced,
                           "host_uid": spec.get("uid"), "disk": disk_mode})
 
@@ -136,8 +151,10 @@ class HostResources:
         self.kill_processes()
         if self.cgroup is not None:
             self.cgroup.remove()
-        if keep_workspace:
-            disk.unmount(self.workspace)
+        if keep_workspace:  # and written to its image before a restore or a fork reads it
+            if not disk.unmount(self.workspace, settle_seconds=SETTLE_SECONDS):
+                print(f"supervisor: the workspace is still held {SETTLE_SECONDS:g} s after its sandbox stopped; "
+                      "its restore or fork waits for it", file=sys.stderr, flush=True)
         else:
             disk.destroy(self.workspace_image, self.workspace)
 

@@ -195,6 +195,10 @@ class Runtime:
     def do_ping(self, message: dict) -> None:
         self.send({"type": V.REPLY, "id": message.get("id"), "ok": True})
 
+    def do_sync(self, message: dict) -> None:
+        os.sync()
+        self.send({"type": V.REPLY, "id": message.get("id"), "ok": True})
+
     def do_execute(self, message: dict) -> None:
         def run() -> bool:
             result = self.shell.run_cell(

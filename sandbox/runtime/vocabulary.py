@@ -90,8 +90,12 @@ OP_COMMAND_SIGNAL = "command_signal"
 OP_COMM = "comm"
 # The answer to an input_request, handed at once to the execute that waits for it.
 OP_INPUT_REPLY = "input_reply"
+# Before a checkpoint: write every file's data the sandbox's kernel still caches to the
+# host's disk (under gVisor the Sentry caches file data; a checkpoint keeps that cache in
+# the image, not on disk, and a restore that finds the disk older drops it).
+OP_SYNC = "sync"
 OPS = frozenset({OP_EXECUTE, OP_INTERRUPT, OP_PING, OP_COMPLETE, OP_INSPECT, OP_IS_COMPLETE,
-                 OP_COMMAND, OP_COMMAND_SIGNAL, OP_COMM, OP_INPUT_REPLY})
+                 OP_COMMAND, OP_COMMAND_SIGNAL, OP_COMM, OP_INPUT_REPLY, OP_SYNC})
 
 # Bounds of what the frontend sends in (checked by the API) and the sandbox sends out.
 PROMPT_MAX_CHARS = 4096        # an input_request's prompt (longer ones are cut)

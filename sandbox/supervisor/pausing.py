@@ -69,6 +69,15 @@ async def pause(supervisor: SupervisorCore, why: str, by: str = V.PAUSED_BY_REQU
         if refused is not None:
             return refused
         timeline.mark("wait_for_idle")
+        # Files first: what a cell wrote may still sit in the Sentry's cache, which the
+        # checkpoint saves but the workspace on disk (and so a fork's copy) would not hold;
+        # a restore that finds the file older on disk drops the cache and the data with it.
+        # (A runtime restored from an older checkpoint answers "unknown op": it pauses as before.)
+        try:
+            await supervisor.channel.request({"op": V.OP_SYNC}, timeout=120.0)
+        except (TimeoutError, RuntimeError) as exc:
+            return await _failed(supervisor, f"the sandbox did not write its files to disk: {exc}")
+        timeline.mark("sync_files")
         binary = gvisor.discover()
         staged = checkpoints.staging_path(supervisor.dir)
         shutil.rmtree(staged, ignore_errors=True)

@@ -9,11 +9,15 @@ other, in memory or on disk.
 from __future__ import annotations
 
 import json
+import os
 import threading
+
+import pytest
 
 import support
 from sandbox.common import statefile
 from sandbox.client import Sandbox
+from sandbox.isolation import workspace_store
 
 SETUP = """
 x = 41
@@ -159,3 +163,41 @@ def test_a_fork_counts_against_the_totals_and_survives_a_server_restart(spawn_se
         assert got["state"] == "paused" and got["forked_from"] == sid, got
         assert look(c, fid) == {"x": 41, "next": 4, "file": BEFORE}
         assert look(c, sid) == {"x": 41, "next": 4, "file": BEFORE}
+
+
+def test_a_forks_workspace_shares_its_sources_blocks(api, new_sandbox, sandbox_server):
+    """A fork's workspace is a reflink of its source's (the workspace store): the store's
+    used space does not grow by the file's size, both read the same bytes, and deleting
+    both leaves no image in the store. A plain copy would add the 64 MiB."""
+    ok, why = workspace_store.available()
+    if not ok:
+        pytest.skip(f"no workspace store here: {why}")
+    store = sandbox_server.state_dir / workspace_store.STORE
+    sid = new_sandbox(isolation="gvisor")["id"]
+    made = "import hashlib, os; data = os.urandom(64 << 20); open('big.bin', 'wb').write(data); " \
+           "print(hashlib.sha256(data).hexdigest())"
+    digest = support.stream_text(support.ok(support.execute(api, sid, made))).strip()
+    assert "store whose copies share blocks" in api.get(f"/v1/sandboxes/{sid}").json()["isolation"]["disk"]
+    r = api.post(f"/v1/sandboxes/{sid}/pause")
+    assert r.status_code == 200, r.text
+
+    before = used_bytes(store)
+    fid = fork(api, sid)["id"]
+    try:
+        grown = used_bytes(store) - before
+        assert grown < (16 << 20), f"the store grew by {grown >> 20} MiB for a fork of a 64 MiB workspace"
+        check = "import hashlib; print(hashlib.sha256(open('big.bin', 'rb').read()).hexdigest())"
+        assert support.stream_text(support.ok(support.execute(api, fid, check))).strip() == digest
+        support.ok(support.execute(api, fid, "open('big.bin', 'r+b').write(b'fork')"))
+        assert support.stream_text(support.ok(support.execute(api, sid, check))).strip() == digest
+    finally:
+        api.delete(f"/v1/sandboxes/{fid}")
+    api.delete(f"/v1/sandboxes/{sid}")
+    assert support.wait_for(lambda: not {p.name for p in store.iterdir()} & {f"{sid}.img", f"{fid}.img"}, 30), \
+        sorted(p.name for p in store.iterdir())
+
+
+def used_bytes(path) -> int:
+    os.sync()
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import tempfile
 import threading
 
 import pytest
@@ -174,3 +176,27 @@ def test_the_maximum_lifetime_still_ends_a_paused_sandbox(api, new_sandbox):
     assert ended, api.get(f"/v1/sandboxes/{sid}").text
     err = api.get(f"/v1/sandboxes/{sid}").json()["error"]
     assert err["state"] == "expired" and "paused" in err["message"], err
+
+
+def test_a_pause_leaves_every_written_byte_in_the_workspace_on_disk(api, new_sandbox, sandbox_server):
+    """What a cell wrote is on the workspace's disk once the sandbox is paused, even from a
+    file it keeps open: the Sentry caches file data, and a checkpoint saves that cache in
+    its image only. A fork copies the disk, and a restore that finds the disk older than its
+    cache drops the cache: data written before a pause was lost one run in a few."""
+    sid = new_sandbox(isolation="gvisor")["id"]
+    image = support.sandbox_dir(sandbox_server, sid) / "workspace.img"
+    if not image.exists():
+        pytest.skip("the workspace is a plain directory here (no disk cap: needs root and mkfs.ext4)")
+    support.ok(support.execute(api, sid, "f = open('open.txt', 'w'); f.write('still open ' * 1000); f.flush()\n"
+                                          "open('closed.txt', 'w').write('closed')"))
+    info = pause(api, sid)
+    assert "sync_files" in dict(info["timeline"]["steps"]), info["timeline"]
+    with tempfile.TemporaryDirectory() as mnt:
+        subprocess.run(["mount", "-o", "loop,ro,noload", str(image), mnt], check=True, capture_output=True)
+        try:
+            on_disk = {name: open(os.path.join(mnt, name)).read() for name in ("open.txt", "closed.txt")}
+        finally:
+            subprocess.run(["umount", mnt], check=True)
+    assert on_disk == {"open.txt": "still open " * 1000, "closed.txt": "closed"}, {k: v[:40] for k, v in on_disk.items()}
+    assert support.stream_text(support.ok(support.execute(api, sid, "f.write('after'); f.close(); "
+                                                                    "print(len(open('open.txt').read()))"))) == "11005\n"
