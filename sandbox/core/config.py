@@ -91,6 +91,10 @@ class ServiceConfig(Configurable):
     seccomp = Bool(True).tag(config=True)
     allow_missing_protections = Bool(False, help="Start even when a protection is missing.").tag(config=True)
     delete_on_shutdown = Bool(False, help="Delete every sandbox when the server stops.").tag(config=True)
+    workspace_store = Bool(True, help="Keep gVisor sandboxes' workspace images in an XFS store with reflinks "
+                                      "(STATE/workspace-store, about 65 MB of disk once), so that a fork's "
+                                      "workspace shares its source's blocks instead of being copied; False: "
+                                      "copy (see sandbox/isolation/workspace_store.py).").tag(config=True)
     idle_stop_seconds = Int(0, help="Stop the server once it has had no request and no sandbox tied to a live "
                             "caller (a kernel) for this long; 0: never. The kernel starts its embedded server "
                             "with this set (SANDBOX_KERNEL_SERVER_IDLE_SECONDS); `serve` leaves it 0.").tag(config=True)

@@ -100,7 +100,8 @@ class Launcher:
         self.runtime_dir = install_runtime(self.state_dir.runtimes)
         # gVisor sandboxes fork: their workspaces go to a store that shares blocks, unless
         # the state directory's own filesystem already does (or no store can be made here)
-        if self.disk_quota and workspace_store.available()[0] and not workspace_store.shares_blocks(self.state_dir.sandboxes):
+        if (self.config.workspace_store and self.disk_quota and workspace_store.available()[0]
+                and not workspace_store.shares_blocks(self.state_dir.sandboxes)):
             self.workspace_store = self.state_dir.root
         binary = bwrap.discover()
         self.bwrap_path = bwrap.install_copy(binary, os.path.join(self.state_dir.root, "bwrap")) if binary else None
