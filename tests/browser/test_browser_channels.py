@@ -224,7 +224,11 @@ def control_kernelspec(data_dir: pathlib.Path) -> None:
     (target / "kernel.json").write_text(json.dumps(spec))
 
 
-def run_all(page: t.Any, nb: Notebook, n_cells: int) -> None:
+def run_all(page: t.Any, nb: Notebook, n_cells: int, required: int | None = None) -> None:
+    """Run All, and wait until its cells have run. ``required``: the first cells that must
+    have run; the rest may stay unrun when the deadline comes (the control's page, which the
+    hostile widgets own with the rules off, once stopped queueing after the probes)."""
+    required = n_cells if required is None else required
     before = [nb.prompt(i) for i in range(n_cells)]
     page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
     page.locator(".lm-Menu-item").filter(
@@ -240,7 +244,11 @@ def run_all(page: t.Any, nb: Notebook, n_cells: int) -> None:
         done = [re.fullmatch(r"\[\d+\]:", p) is not None and p != b for p, b in zip(prompts[-2:], before[-2:])]
         if any(done) and "[*]:" not in prompts[:-1]:
             break
-        assert time.monotonic() < deadline, f"Run All did not finish: {prompts}"
+        if time.monotonic() >= deadline:
+            ran = [re.fullmatch(r"\[\d+\]:", p) is not None and p != b for p, b in zip(prompts, before)]
+            assert required < n_cells and all(ran[:required]), f"Run All did not finish: {prompts}"
+            print(f"Run All left cells {required}-{n_cells - 1} unrun (not needed here): {prompts}", flush=True)
+            break
         stdin = nb.panel.locator(".jp-Stdin-input")
         if stdin.count():  # the input() probe asks: answer, as a user would
             with contextlib.suppress(Exception):  # (answered meanwhile: the box is gone)
@@ -330,8 +338,10 @@ def probe(page: t.Any, lab: t.Any, counter: HitCounter, run: str, kernel: str) -
     sources = cells(run, counter.base, marker)
     write_notebook(lab.root, f"{run}.ipynb", kernel, sources)
     nb = open_notebook(page, lab, f"{run}.ipynb")
-    run_all(page, nb, FIRST_KEYSTROKE)
-    run_all(page, nb, FIRST_KEYSTROKE)
+    # The control needs its probes run (the cells before the ordinary ones), the guarded run all.
+    required = ORDINARY if run == "control" else FIRST_KEYSTROKE
+    run_all(page, nb, FIRST_KEYSTROKE, required)
+    run_all(page, nb, FIRST_KEYSTROKE, required)
     first = seen(page, lab, counter, run, marker)
     keys = keystrokes(page, lab, nb, run)
     after_keys = seen(page, lab, counter, run, marker.with_name(f"{marker.stem}-completion.txt"))
