@@ -101,7 +101,7 @@ class Launcher:
         # gVisor sandboxes fork: their workspaces go to a store that shares blocks, unless
         # the state directory's own filesystem already does (or no store can be made here)
         if (self.config.workspace_store and self.disk_quota and workspace_store.available()[0]
-                and not workspace_store.shares_blocks(self.state_dir.sandboxes)):
+                and not workspace_store.shares_blocks(self.state_dir.root)):  # (not in sandboxes/: re-adoption reads it)
             self.workspace_store = self.state_dir.root
         binary = bwrap.discover()
         self.bwrap_path = bwrap.install_copy(binary, os.path.join(self.state_dir.root, "bwrap")) if binary else None
