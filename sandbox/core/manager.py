@@ -210,7 +210,9 @@ class SandboxManager:
         try:
             await self.calls.call(handle, {"op": "delete", "message": reason})
         except ApiError:
-            pass
+            # Not asked: a supervisor still starting (a warm-pool refill when the server
+            # stops) would otherwise run on for the whole wait below, then be killed.
+            self.registry.terminate(handle)
         await self.registry.wait_for_exit(handle)
         if handle.id in self.live:  # the supervisor did not end: kill it and its sandbox
             self.registry.force_kill(handle)

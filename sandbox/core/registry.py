@@ -139,6 +139,16 @@ class Registry:
         self.check(handle)
 
     @staticmethod
+    def terminate(handle: Handle) -> None:
+        """SIGTERM a supervisor that could not be asked (one still starting has no control
+        socket yet): to a supervisor it means "end this sandbox", cleanly."""
+        if handle.pid and pid_is_supervisor(handle.pid, handle.dir):
+            try:
+                os.kill(handle.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    @staticmethod
     def force_kill(handle: Handle) -> None:
         """SIGKILL a supervisor that did not end when asked (its sandbox dies with it)."""
         if handle.pid and pid_is_supervisor(handle.pid, handle.dir):

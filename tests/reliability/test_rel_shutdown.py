@@ -99,3 +99,31 @@ def test_sigterm_with_delete_on_shutdown_leaves_no_process(spawn_server, isolati
         assert c.get("/v1/sandboxes").json()["sandboxes"] == []
         r = c.get(f"/v1/sandboxes/{ids[0]}")
         assert r.status_code == 410 and r.json()["error"]["state"] == "deleted", r.text
+
+
+def test_a_pool_sandbox_still_starting_is_ended_cleanly_when_the_server_stops(spawn_server):
+    """A claim starts the warm pool's refill; a SIGTERM at once finds that supervisor still
+    starting, with no control socket to be asked through. It is told to end by its own
+    SIGTERM (a clean teardown, recorded `deleted`), not left to run until the server's wait
+    for it runs out and then killed (recorded `dead`)."""
+    server = spawn_server("--pool-size", "1")
+
+    def states() -> dict[str, str | None]:
+        out = {}
+        for i in support.sandbox_ids(server.state_dir):
+            try:
+                out[i] = support.read_state(server, i).get("state")
+            except (FileNotFoundError, ValueError):  # being made: no state.json yet
+                out[i] = None
+        return out
+
+    assert support.wait_for(lambda: "pooled" in states().values(), 60), states()
+    with server.client() as c:
+        sid = support.create(c)["id"]  # claims the pooled one: the refill starts now
+    server.sigterm()
+    assert server.wait(60) == 0
+    # deleted, or never recorded at all (the SIGTERM came before its supervisor wrote a record)
+    ended = {i: s for i, s in states().items() if i != sid}
+    assert ended and all(s in ("deleted", None) for s in ended.values()), ended
+    for i in ended:
+        assert not support.processes_of(server.state_dir / "sandboxes" / i, [i])
