@@ -162,8 +162,14 @@ def paths(run_tag: str) -> list[pathlib.Path]:
 
 
 def mounts(run_tag: str) -> list[str]:
+    """Mounts the run made, but those of its image home: the run's shared images stay
+    packed and mounted for every server that borrows them (a server detaches only the
+    image mounts of its own state directory) until `finish` detaches them."""
+    own_dir = run_dir()
+    shared = f"{own_dir}/image-home/" if own_dir is not None else None
     with open("/proc/mounts") as f:
-        return [line.split()[1] for line in f if f"-{run_tag}-" in line.split()[1]]
+        points = [line.split()[1] for line in f]
+    return [p for p in points if f"-{run_tag}-" in p and not (shared and p.startswith(shared))]
 
 
 def leftovers() -> list[str]:
@@ -205,6 +211,8 @@ def finish() -> None:
     is SANDBOX_KERNEL_TEST_STATE_DIR's, which lives elsewhere)."""
     own_dir = run_dir()
     if own_dir is not None:
-        for point in sorted(mounts(tag()), key=len, reverse=True):
+        with open("/proc/mounts") as f:
+            points = [line.split()[1] for line in f if line.split()[1].startswith(f"{own_dir}/")]
+        for point in sorted(points, key=len, reverse=True):
             subprocess.run(["umount", "-l", point], check=False, capture_output=True)
         shutil.rmtree(own_dir, ignore_errors=True)
