@@ -76,8 +76,10 @@ pre, code { font-family: ui-monospace, 'SFMono-Regular', Menlo, monospace; font-
 img, svg, canvas { max-width: 100%; }
 """
 
-# Posts the content's height to the parent whenever it changes. `documentElement`'s box is
-# as tall as the content (not the viewport), so a frame also shrinks when its content does.
+# Posts the content's height to the parent whenever it changes, and again whenever the parent
+# asks (it asks each time the frame loads, so a report that came before its listener was
+# listening is sent once more). `documentElement`'s box is as tall as the content (not the
+# viewport), so a frame also shrinks when its content does.
 REPORT_HEIGHT = """
 (function () {
   var last = -1;
@@ -89,20 +91,27 @@ REPORT_HEIGHT = """
   }
   if (typeof ResizeObserver === 'function') { new ResizeObserver(send).observe(document.documentElement); }
   addEventListener('load', send);
+  addEventListener('message', function (e) {
+    if (e.source === parent && e.data && e.data.sandboxOutputAskHeight === 1) { last = -1; send(); }
+  });
   document.addEventListener('DOMContentLoaded', send);
 })();
 """
 
 # The parent's side: our fixed code, run by JupyterLab in the page for a trusted output. It
-# finds its own frame (the element just before it) and listens to that frame alone.
+# finds its own frame (the element just before it) and listens to that frame alone. While the
+# frame is out of the page (a cell scrolled out under JupyterLab's "full" windowing, a cell
+# moved) it stops listening; the frame's element fires `load` each time it is back and its
+# document loaded again, and that starts the listening again and asks for the height.
 LISTEN_HEIGHT = (
     "(function () {"
     "var s = document.currentScript, f = s && s.previousElementSibling;"
     "if (!f || f.tagName !== 'IFRAME') { return; }"
     "var c = s.nextElementSibling;"
     f"if (c && c.classList.contains('{STATIC_CLASS}')) {{ c.style.display = 'none'; }}"
+    "var listening = false;"
     "function on(e) {"
-    "if (!f.isConnected) { removeEventListener('message', on); return; }"
+    "if (!f.isConnected) { removeEventListener('message', on); listening = false; return; }"
     "if (e.source !== f.contentWindow) { return; }"
     "var d = e.data;"
     "if (d === null || typeof d !== 'object') { return; }"
@@ -110,7 +119,12 @@ LISTEN_HEIGHT = (
     "if (typeof h !== 'number' || !isFinite(h)) { return; }"
     f"f.style.height = Math.max(8, Math.min({MAX_HEIGHT}, Math.ceil(h))) + 'px';"
     "}"
-    "addEventListener('message', on);"
+    "function listen() { if (!listening) { addEventListener('message', on); listening = true; } }"
+    "f.addEventListener('load', function () {"
+    "listen();"
+    "if (f.contentWindow) { f.contentWindow.postMessage({sandboxOutputAskHeight: 1}, '*'); }"
+    "});"
+    "listen();"
     "})();"
 )
 

@@ -124,8 +124,12 @@ def is_gvisor_tier(item: pytest.Item) -> bool:
 
 
 def shared_fixture_group(item: pytest.Item) -> str | None:
-    """``FILE[params]`` when the test uses a module-, class- or package-scoped fixture (so
-    that its worker sets that fixture up once), else None: the test may run on any worker."""
+    """``FILE(params)`` when the test uses a module-, class- or package-scoped fixture (so
+    that its worker sets that fixture up once), else None: the test may run on any worker.
+    Never a ``]`` in it: xdist takes the group from after the last ``@`` of the test's id only
+    when no ``]`` follows it, and otherwise schedules the test alone (so a name like
+    ``FILE[params]`` spread one module's tests over every worker, each setting the module's
+    servers up again)."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
@@ -136,7 +140,7 @@ def shared_fixture_group(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
     params = sorted(f"{name}={callspec.params[name]}" for name in shared
                     if callspec is not None and name in callspec.params)
-    return f"{item.nodeid.split('::')[0]}[{','.join(params)}]"
+    return f"{item.nodeid.split('::')[0]}({','.join(params)})"
 
 
 def skip_bwrap_only_in_gvisor(items: list[pytest.Item]) -> None:

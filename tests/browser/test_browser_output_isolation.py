@@ -191,9 +191,23 @@ def run_payloads(page: t.Any, lab: t.Any, n_cells: int, expect: t.Any) -> None:
     table_frame = table_frame_el.element_handle().content_frame()
     expect(table_frame.locator("table")).to_be_visible()
     expect(table_frame.locator("table")).to_contain_text("summer")
-    page.wait_for_function(
-        "el => el.getBoundingClientRect().height > 100", arg=table_frame_el.element_handle(), timeout=30_000
+    nb.cells.nth(table_cell).scroll_into_view_if_needed()  # an offscreen frame may not lay out
+    grown = "el => el.getBoundingClientRect().height > 100"
+    page.wait_for_function(grown, arg=table_frame_el.element_handle(), timeout=30_000)
+    # Out of the page and back (as JupyterLab's "full" windowing does to a cell scrolled out,
+    # or a moved cell), with a message arriving meanwhile: the frame loads again and is sized again.
+    page.evaluate(
+        """el => new Promise(done => {
+            const parent = el.parentNode, next = el.nextSibling;
+            parent.removeChild(el);
+            el.style.height = '60px';
+            window.postMessage('while the frame is out', '*');
+            setTimeout(() => { parent.insertBefore(el, next); done(); }, 300);
+        })""",
+        table_frame_el.element_handle(),
     )
+    page.wait_for_function(grown, arg=table_frame_el.element_handle(), timeout=30_000)
+    table_frame = table_frame_el.element_handle().content_frame()
     overflow = table_frame.evaluate("() => document.documentElement.scrollHeight - window.innerHeight")
     assert overflow <= 1, f"the table's frame scrolls by {overflow} px"
     img = nb.output(table_cell + 1).locator('img[src^="data:image/png"]')
