@@ -72,18 +72,18 @@ def pack(tree: str, image: str) -> None:
     _mkfs(image, size_mb, "-O", "^has_journal", "-b", "4096", "-N", str(files + 1024), "-d", tree)
 
 
-def unmount(mountpoint: str, settle_seconds: float = 0.0) -> bool:
+def unmount(mountpoint: str, settle_seconds: float = 0.0, image: str | None = None) -> bool:
     """Unmount a workspace and keep its image (a paused sandbox's files stay on disk).
 
     A mount still busy (a process of the sandbox not quite gone) is tried again for
     ``settle_seconds``, then detached lazily: the filesystem then lives on, unwritten, until
     its last user goes. Whoever reads the image next (a restore, a fork's copy) must not
-    start before that, so with ``settle_seconds`` this also waits for the loop device to
-    let go of the image. True when the image is free (always, without ``settle_seconds``)."""
+    start before that, so with ``settle_seconds`` and the mount's ``image`` this also waits
+    for the loop device to let go of the image. True when the image is free (always,
+    without them)."""
     deadline = time.monotonic() + settle_seconds
     retry_until = time.monotonic() + min(settle_seconds, BUSY_RETRY_SECONDS)
     if os.path.ismount(mountpoint):
-        image = backing_file(mountpoint)
         while True:
             subprocess.run(["umount", mountpoint], capture_output=True)
             if not os.path.ismount(mountpoint) or time.monotonic() >= retry_until:
@@ -105,22 +105,6 @@ def wait_free(image: str, seconds: float) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def backing_file(mountpoint: str) -> str | None:
-    """The image file behind a loop mount, or None."""
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                fields = line.split()
-                if fields[4] == mountpoint and " - " in line:
-                    source = line.split(" - ", 1)[1].split()[1]
-                    if source.startswith("/dev/loop"):
-                        with open(f"/sys/block/{os.path.basename(source)}/loop/backing_file") as b:
-                            return b.read().strip()
-    except OSError:
-        pass
-    return None
 
 
 def in_loop(image: str) -> bool:

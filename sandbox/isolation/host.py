@@ -152,7 +152,7 @@ class HostResources:
         if self.cgroup is not None:
             self.cgroup.remove()
         if keep_workspace:  # and written to its image before a restore or a fork reads it
-            if not disk.unmount(self.workspace, settle_seconds=SETTLE_SECONDS):
+            if not disk.unmount(self.workspace, SETTLE_SECONDS, self.workspace_image):
                 print(f"supervisor: the workspace is still held {SETTLE_SECONDS:g} s after its sandbox stopped; "
                       "its restore or fork waits for it", file=sys.stderr, flush=True)
         else:

@@ -181,10 +181,10 @@ def test_a_forks_workspace_shares_its_sources_blocks(api, new_sandbox, sandbox_s
     r = api.post(f"/v1/sandboxes/{sid}/pause")
     assert r.status_code == 200, r.text
 
-    before = used_bytes(store)
+    before = support.disk_used(store)
     fid = fork(api, sid)["id"]
     try:
-        grown = used_bytes(store) - before
+        grown = support.disk_used(store) - before
         assert grown < (16 << 20), f"the store grew by {grown >> 20} MiB for a fork of a 64 MiB workspace"
         check = "import hashlib; print(hashlib.sha256(open('big.bin', 'rb').read()).hexdigest())"
         assert support.stream_text(support.ok(support.execute(api, fid, check))).strip() == digest
@@ -195,9 +195,3 @@ def test_a_forks_workspace_shares_its_sources_blocks(api, new_sandbox, sandbox_s
     api.delete(f"/v1/sandboxes/{sid}")
     assert support.wait_for(lambda: not {p.name for p in store.iterdir()} & {f"{sid}.img", f"{fid}.img"}, 30), \
         sorted(p.name for p in store.iterdir())
-
-
-def used_bytes(path) -> int:
-    os.sync()
-    st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize

@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+import support
+
 from sandbox.isolation import disk, workspace_store
 
 pytestmark = pytest.mark.skipif(not disk.available()[0], reason=f"no loop-mounted workspaces here: {disk.available()[1]}")
@@ -30,7 +32,7 @@ def test_an_unmount_waits_until_the_image_holds_the_last_write(tmp_path):
                               cwd=point, stdin=subprocess.PIPE, text=True)
     try:
         done: list[bool] = []
-        waiter = threading.Thread(target=lambda: done.append(disk.unmount(point, settle_seconds=20)))
+        waiter = threading.Thread(target=lambda: done.append(disk.unmount(point, 20, image)))
         waiter.start()
         time.sleep(1.0)
         assert not os.path.ismount(point)  # detached at once (lazily), so nothing new can open it
@@ -53,7 +55,7 @@ def test_a_held_image_is_reported_held(tmp_path):
     disk.create(image, point, 64, None)
     holder = subprocess.Popen(["sleep", "30"], cwd=point)
     try:
-        assert disk.unmount(point, settle_seconds=0.5) is False
+        assert disk.unmount(point, 0.5, image) is False
         assert disk.wait_free(image, 0.2) is False
     finally:
         holder.kill()
@@ -72,11 +74,11 @@ def test_the_store_clones_a_workspace_sharing_its_blocks(tmp_path):
         disk.create(source_link, point, 256, None)
         with open(os.path.join(point, "big.bin"), "wb") as f:
             f.write(os.urandom(32 << 20))
-        assert disk.unmount(point, settle_seconds=10)
+        assert disk.unmount(point, 10, source_link)
         store = workspace_store.mount_point(root)
-        before = used(store)
+        before = support.disk_used(store)
         workspace_store.clone(source_link, root, "sbx-b", fork_link)
-        assert used(store) - before < (4 << 20)
+        assert support.disk_used(store) - before < (4 << 20)
         assert os.path.realpath(fork_link) == workspace_store.image_of(root, "sbx-b")
         disk.mount(fork_link, point)
         try:
@@ -88,9 +90,3 @@ def test_the_store_clones_a_workspace_sharing_its_blocks(tmp_path):
         assert not os.listdir(store) and not os.path.lexists(fork_link)
     finally:
         disk.unmount(workspace_store.mount_point(root))
-
-
-def used(path: str) -> int:
-    os.sync()
-    st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
