@@ -5,7 +5,9 @@ marked with one ``xdist_group`` by tests/conftest.py so that one worker sets tha
 once. xdist reads the group from the test's id only under its own rule (the text after the
 last ``@``, and only when no ``]`` follows it); a name it cannot read puts every test in a
 work unit of its own, and each worker then builds the same cluster or server again. Checked
-here with xdist's own scheduler code on the real suite's collection.
+here with xdist's own scheduler code on the real suite's collection, and by a small run of
+real workers: pytest 9.2 keeps a test's id where xdist 3.8 cannot add the group to it, which
+put every test in a work unit of its own (pyproject pins pytest below 9.2 for that).
 """
 
 from __future__ import annotations
@@ -61,3 +63,30 @@ def test_tests_sharing_a_module_fixture_are_one_work_unit_per_parameter(tmp_path
     assert len(units["tests/security/test_redteam.pybwrap"]) == 1, sorted(units["tests/security/test_redteam.pybwrap"])[:3]
     assert len(units["tests/security/test_redteam.pygvisor"]) == 1
     assert units["tests/security/test_redteam.pybwrap"] != units["tests/security/test_redteam.pygvisor"]
+
+
+GROUPED = """
+import os, pathlib, pytest
+
+@pytest.mark.xdist_group("together")
+@pytest.mark.parametrize("n", range(6))
+def test_grouped(n):
+    pathlib.Path(os.environ["GROUPED_OUT"], f"ran-{n}").write_text(os.environ.get("PYTEST_XDIST_WORKER", ""))
+"""
+
+
+def test_xdist_runs_one_group_on_one_worker(tmp_path):
+    suite, out = tmp_path / "suite", tmp_path / "out"
+    suite.mkdir()
+    out.mkdir()
+    (suite / "test_grouped.py").write_text(GROUPED)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadgroup",
+         "--rootdir", str(suite), str(suite)],
+        cwd=suite, env={**os.environ, "GROUPED_OUT": str(out)}, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = list(out.glob("ran-*"))
+    assert len(ran) == 6, done.stdout
+    workers = {path.read_text() for path in ran}
+    assert len(workers) == 1, f"one xdist group ran on the workers {sorted(workers)}"
