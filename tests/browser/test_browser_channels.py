@@ -39,6 +39,7 @@ import http.server
 import json
 import pathlib
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -50,7 +51,7 @@ import pytest
 
 import support
 from kernel.install import kernel_spec
-from test_browser_jupyterlab import CELL_MS, KERNEL_START_MS, Notebook, lab_page
+from test_browser_jupyterlab import CELL_MS, KERNEL_START_MS, Notebook, lab_page, saved_notebook
 from test_browser_jupyterlab import pytestmark as browser_pytestmark
 from test_browser_output_isolation import accept_kernel_dialog
 from test_browser_widgets import WIDGETS_MISSING
@@ -302,8 +303,8 @@ def save_and_reload(page: t.Any, lab: t.Any, name: str, n_cells: int, run: str) 
     nb.panel.locator('.jp-NotebookPanel-toolbar [data-command="docmanager:save"]').first.click()
 
     def saved() -> bool:
-        r = httpx.get(f"{lab.base}/api/contents/{name}", params={"token": lab.token}, timeout=10)
-        return r.status_code == 200 and bool(r.json()["content"]["cells"][ORDINARY]["outputs"])
+        on_disk = saved_notebook(lab, name)
+        return bool(on_disk and on_disk["cells"][ORDINARY]["outputs"])
 
     assert support.wait_for(saved, 60, interval=0.5), f"{name} was not saved with its outputs"
     page.reload(wait_until="domcontentloaded")
@@ -479,6 +480,15 @@ def test_no_channel_gives_the_sandbox_the_page(sandbox_server: support.Server) -
 
     started = time.monotonic()
     data_dir = pathlib.Path(tempfile.mkdtemp(prefix="sbk-browser-channels-data-"))
+    try:
+        probe_both(sandbox_server, data_dir, expect)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    print(f"channels browser test: {time.monotonic() - started:.0f} s", flush=True)
+
+
+def probe_both(sandbox_server: support.Server, data_dir: pathlib.Path, expect: t.Any) -> None:
+    """The guarded run, then the control (the rules off, through a kernelspec in `data_dir`)."""
     control_kernelspec(data_dir)
     with HitCounter() as counter, lab_page(sandbox_server, "channels", full_page=True,
                                             extra_env={"JUPYTER_PATH": str(data_dir)}) as (page, lab):
@@ -506,11 +516,6 @@ def test_no_channel_gives_the_sandbox_the_page(sandbox_server: support.Server) -
         check_keystrokes_shown(control.shown, "control")
         assert "control-user-expressions" in keys.owned and "owned-control-user-expressions.txt" in keys.written \
             and keys.hits.get("user-expressions"), f"the user_expressions probe does not notice: {keys}"
-    with contextlib.suppress(OSError):
-        for path in sorted(data_dir.rglob("*"), reverse=True):
-            path.rmdir() if path.is_dir() else path.unlink()
-        data_dir.rmdir()
-    print(f"channels browser test: {time.monotonic() - started:.0f} s", flush=True)
 
 
 def check_keystrokes_shown(shown: dict[str, t.Any], run: str) -> None:

@@ -165,7 +165,8 @@ def _user_settings(settings_dir: pathlib.Path) -> None:
     (completer / "manager.jupyterlab-settings").write_text('{"providerTimeout": 60000}')
 
 
-def start_lab(server: support.Server, workdir: pathlib.Path, extra_env: dict[str, str] | None = None) -> Lab:
+def start_lab(server: support.Server, workdir: pathlib.Path, extra_env: dict[str, str] | None = None,
+              name: str = "lab") -> Lab:
     root = workdir / "notebooks"
     (root / "data").mkdir(parents=True)
     shutil.copy(REPO / "notebooks" / "data" / "campaign_weeks.csv", root / "data" / "campaign_weeks.csv")
@@ -187,7 +188,7 @@ def start_lab(server: support.Server, workdir: pathlib.Path, extra_env: dict[str
     env.update(extra_env or {})
     port = support.free_port()
     token = secrets.token_hex(16)
-    log = ARTIFACTS / "jupyterlab.log"
+    log = ARTIFACTS / f"jupyterlab-{name}.log"  # one per page: tests run side by side
     # `lab` takes everything after --port as JupyterLab's arguments (argparse REMAINDER).
     # REMAINDER must begin with a non-option word, and a "--" would be passed on to
     # JupyterLab, which then ignores every option after it: so the root directory (a
@@ -243,7 +244,7 @@ def lab_page(server: support.Server, name: str, *, full_page: bool = False,
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"sbk-browser-{name}-"))
-    lab = start_lab(server, workdir, extra_env)
+    lab = start_lab(server, workdir, extra_env, name)
     page = None
     try:
         with sync_playwright() as pw:
@@ -282,6 +283,21 @@ def end_kept_sandboxes(server: support.Server, state_dir: pathlib.Path) -> dict[
             kept[binding.sandbox_id] = r.json()["state"] if r.status_code == 200 else f"HTTP {r.status_code}"
             client.delete(f"/v1/sandboxes/{binding.sandbox_id}")
     return kept
+
+
+def saved_notebook(lab: Lab, name: str) -> dict | None:
+    """The notebook as saved on disk, or None while it is being written.
+
+    Read from the file, never through the contents API while a save may be under way:
+    jupyter_server writes a notebook in place (its copy aside is the fallback), and a GET
+    that reads the half-written file takes it for a corrupt one, moves it to
+    `name.invalid` and puts the old copy back: the save is lost (seen in CI)."""
+    import nbformat
+
+    try:  # (nbformat joins the lines a file stores as lists)
+        return nbformat.reads((lab.root / name).read_text(), as_version=4)
+    except (OSError, ValueError):  # (NotJSONError is a ValueError)
+        return None
 
 
 class Notebook:

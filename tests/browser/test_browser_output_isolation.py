@@ -28,7 +28,7 @@ import typing as t
 import httpx
 
 import support
-from test_browser_jupyterlab import CELL_MS, KERNEL_START_MS, Notebook, lab_page
+from test_browser_jupyterlab import CELL_MS, KERNEL_START_MS, Notebook, lab_page, saved_notebook
 from test_browser_jupyterlab import pytestmark  # noqa: F401  (slow, timeout, skip without a browser)
 
 NOTEBOOK = "payloads.ipynb"
@@ -229,15 +229,13 @@ def run_payloads(page: t.Any, lab: t.Any, n_cells: int, expect: t.Any) -> None:
     page.wait_for_function(
         "() => !document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-mod-dirty')", timeout=30_000
     )
-    def saved_notebook() -> dict | None:
-        r = httpx.get(f"{lab.base}/api/contents/{NOTEBOOK}", params={"token": lab.token}, timeout=10)
-        if r.status_code != 200 or not all(c["outputs"] for c in r.json()["content"]["cells"]):
-            return None  # still being written
-        return r.json()
+    def with_every_output() -> dict | None:
+        on_disk = saved_notebook(lab, NOTEBOOK)
+        return on_disk if on_disk and all(c["outputs"] for c in on_disk["cells"]) else None
 
-    saved = support.wait_for(saved_notebook, 30, interval=0.5)
+    saved = support.wait_for(with_every_output, 30, interval=0.5)
     assert saved, "the saved notebook never had every cell's outputs"
-    for cell in saved["content"]["cells"][: len(PAYLOAD_TAGS)]:
+    for cell in saved["cells"][: len(PAYLOAD_TAGS)]:
         shown = [out for out in cell["outputs"] if set(out.get("data", {})) - {"text/plain"}]
         assert len(shown) == 1, cell["outputs"]  # ("creating the sandbox …" progress is plain text)
         for out in shown:

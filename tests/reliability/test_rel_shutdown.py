@@ -120,6 +120,9 @@ def test_a_pool_sandbox_still_starting_is_ended_cleanly_when_the_server_stops(sp
     assert support.wait_for(lambda: "pooled" in states().values(), 60), states()
     with server.client() as c:
         sid = support.create(c)["id"]  # claims the pooled one: the refill starts now
+    # The refill is a task the claim starts: on a loaded host the SIGTERM could come before
+    # it made its directory, and then there is nothing to check (seen in CI).
+    assert support.wait_for(lambda: set(support.sandbox_ids(server.state_dir)) - {sid}, 30, interval=0.01)
     server.sigterm()
     assert server.wait(60) == 0
     # deleted, or never recorded at all (the SIGTERM came before its supervisor wrote a record)
