@@ -163,6 +163,7 @@ def left_running(embedded: EmbeddedDefault) -> list[str]:
     return running_sandboxes(embedded)
 
 
+@pytest.mark.slow  # all five notebooks, about 45 s; the quick tier keeps the two runs of notebook 01 below
 @pytest.mark.timeout(NBVAL_TIMEOUT + 60)
 def test_notebooks_pass_nbval(embedded: EmbeddedDefault) -> None:
     """Every notebook re-runs through the sandbox kernel, on the embedded default, with the
