@@ -12,6 +12,8 @@ testing section too:
   tier, the client flavour) run on one worker, so that it is set up once: they get an
   ``xdist_group`` of their file and those fixtures' parameters (``--dist loadgroup``); a test
   that must run alone with others of its kind takes ``@pytest.mark.xdist_group("name")``;
+- the workers take the groups longest first, by the seconds in tests/durations.json
+  (tests/longest_first.py; ``--record-durations`` writes them);
 - the gVisor tier's tests are marked ``gvisor`` (and ``slow``): ``-m gvisor`` runs that tier;
 - the run fails when it leaves a process, a mount or a file behind (`pytest_sessionfinish`).
 """
@@ -32,6 +34,7 @@ HERE = str(pathlib.Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+import longest_first  # noqa: E402
 import support  # noqa: E402
 import testrun  # noqa: E402
 
@@ -60,7 +63,17 @@ RUN_OWNER = pytest.StashKey[bool]()
 def pytest_configure(config: pytest.Config) -> None:
     """The run is named here, before xdist starts its workers (which inherit it)."""
     config.stash[RUN_OWNER] = testrun.begin() and not hasattr(config, "workerinput")
-    config.pluginmanager.register(HeavyFirst(), "sandbox-kernel-heavy-first")
+    if hasattr(config, "workerinput"):  # the order xdist's controller hands out (tests/longest_first.py)
+        config.pluginmanager.register(longest_first.LongestFirst(longest_first.load()), "sandbox-kernel-longest-first")
+    record = config.getoption("record_durations")
+    if record and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(longest_first.RecordDurations(pathlib.Path(record)), "sandbox-kernel-durations")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-durations", metavar="PATH", default=None,
+                     help="write each test's seconds (setup, call, teardown) to PATH when the run "
+                          "ends; tests/durations.json orders the groups, longest first (tests/longest_first.py)")
 
 
 @pytest.hookimpl(trylast=True)
@@ -86,10 +99,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     testrun.finish()
 
 
-#: Suites first that hold the run's longest groups, so that xdist does not start them last.
-HEAVY_FIRST = ("security", "reliability", "multihost", "browser", "gvisor", "kernel", "egress", "gateway")
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the gVisor tier and group the tests that share a module-scoped fixture."""
@@ -101,21 +110,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         group = shared_fixture_group(item)
         if group and not any(True for _ in item.iter_markers("xdist_group")):
             item.add_marker(pytest.mark.xdist_group(group))
-
-
-class HeavyFirst:
-    """Puts the heavy suites first, after pytest has ordered each file's tests to set its
-    fixtures up once (a stable sort keeps that order)."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        root = pathlib.Path(HERE)
-
-        def weight(item: pytest.Item) -> int:
-            parts = item.path.relative_to(root).parts if item.path.is_relative_to(root) else ()
-            return HEAVY_FIRST.index(parts[0]) if parts and parts[0] in HEAVY_FIRST else len(HEAVY_FIRST)
-
-        items.sort(key=weight)
 
 
 def is_gvisor_tier(item: pytest.Item) -> bool:
