@@ -62,11 +62,12 @@ RUN_OWNER = pytest.StashKey[bool]()
 
 def pytest_configure(config: pytest.Config) -> None:
     """The run is named here, before xdist starts its workers (which inherit it)."""
-    config.stash[RUN_OWNER] = testrun.begin() and not hasattr(config, "workerinput")
-    if hasattr(config, "workerinput"):  # the order xdist's controller hands out (tests/longest_first.py)
+    worker = hasattr(config, "workerinput")
+    config.stash[RUN_OWNER] = testrun.begin() and not worker
+    if worker:  # the order xdist's controller hands out (tests/longest_first.py)
         config.pluginmanager.register(longest_first.LongestFirst(longest_first.load()), "sandbox-kernel-longest-first")
     record = config.getoption("record_durations")
-    if record and not hasattr(config, "workerinput"):
+    if record and not worker:
         config.pluginmanager.register(longest_first.RecordDurations(pathlib.Path(record)), "sandbox-kernel-durations")
 
 

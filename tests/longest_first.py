@@ -34,10 +34,10 @@ def plain_nodeid(nodeid: str) -> str:
 
 
 def group_of(item: pytest.Item) -> str:
-    marker = item.get_closest_marker("xdist_group")
-    if marker is None:
-        return item.nodeid
-    return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+    """The work unit xdist's worker names for the item (xdist/remote.py): every
+    ``xdist_group`` name it carries, sorted and joined by ``_``; a test of none is its own."""
+    names = {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    return "_".join(sorted(names)) if names else item.nodeid
 
 
 def longest_first(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:

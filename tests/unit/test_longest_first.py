@@ -16,9 +16,11 @@ class Item:
 
     nodeid: str
     group: str | None = None
+    also: str | None = None  # a second xdist_group mark
 
-    def get_closest_marker(self, name: str):
-        return pytest.mark.xdist_group(self.group).mark if name == "xdist_group" and self.group else None
+    def iter_markers(self, name: str):
+        names = [g for g in (self.group, self.also) if g] if name == "xdist_group" else []
+        return iter([pytest.mark.xdist_group(g).mark for g in names])
 
 
 def test_groups_are_ordered_by_their_total_seconds_and_stay_together_in_pytests_order():
@@ -31,6 +33,12 @@ def test_groups_are_ordered_by_their_total_seconds_and_stay_together_in_pytests_
     seconds = {"a.py::t1": 3.0, "a.py::t2": 3.0, "b.py::alone": 100.0, "c.py::t1[x]": 10.0, "c.py::t2[x]": 0.1}
     ordered = [item.nodeid for item in longest_first.longest_first(items, seconds)]
     assert ordered == ["b.py::alone", "c.py::t1[x]", "c.py::t2[x]", "a.py::t1", "a.py::t2", "d.py::unknown"]
+
+
+def test_a_test_of_two_groups_goes_with_the_tests_of_the_same_two_as_xdist_runs_them():
+    items = [Item("a.py::t1", "a", "b"), Item("a.py::t2", "a"), Item("z.py::long"), Item("a.py::t3", "b", "a")]
+    ordered = [item.nodeid for item in longest_first.longest_first(items, {"z.py::long": 9.0, "a.py::t1": 5.0})]
+    assert ordered == ["z.py::long", "a.py::t1", "a.py::t3", "a.py::t2"]
 
 
 def test_unknown_tests_keep_the_collection_order():
