@@ -200,6 +200,7 @@ class SupervisorCalls:
         again over a new connection.
         """
         reusable = False
+        told: set[tuple[str, str]] = set()  # the errors the supervisor sent, (ename, evalue)
         try:
             while True:
                 try:
@@ -216,7 +217,11 @@ class SupervisorCalls:
                             continue
                     record, message = self._why_it_stopped(handle)
                     reason = record.get("dead_reason") or V.CRASHED
-                    yield V.reason_error_event(reason, message)
+                    said = V.reason_error_event(reason, message)
+                    if (said["ename"], said["evalue"]) not in told:
+                        # The supervisor may have told the end itself and exited before
+                        # its `done` went out: the caller hears the end once.
+                        yield said
                     yield V.done_event(V.ERROR, reason=reason, execution_count=record.get("execution_count"),
                                        sandbox_state=record.get("state", V.DEAD))
                     return
@@ -228,6 +233,8 @@ class SupervisorCalls:
                                        sandbox_state=handle.record.get("state", V.RUNNING))
                     return
                 reused = None
+                if event.get("type") == V.ERROR:
+                    told.add((str(event.get("ename")), str(event.get("evalue"))))
                 yield event
                 if event.get("type") == V.DONE:
                     reusable = True

@@ -90,3 +90,29 @@ def test_an_execute_cut_off_by_a_death_ends_with_the_recorded_reason(running):
     assert events[1]["evalue"] == "it ran out of memory"
     assert events[2]["reason"] == V.OOM and events[2]["sandbox_state"] == V.DEAD
     assert handle.id in manager.registry.ended and handle.id not in manager.registry.live
+
+
+def test_an_end_the_supervisor_told_before_it_exited_is_told_once(running):
+    """A protocol stop: the supervisor sends the error naming it, then exits before its
+    `done` goes out (a CI run saw the end told twice: the supervisor's words and the
+    server's again). The caller hears the end once, and `done` from the record."""
+    manager, handle, process = running
+    told = "the sandbox broke the protocol of its control channel: the frame holds 100001 objects and arrays"
+
+    async def answer(request, writer):
+        await write_frame(writer, V.reason_error_event(V.PROTOCOL, told))
+        await writer.drain()
+        statefile.write_json(os.path.join(handle.dir, "state.json"),
+                             {"id": handle.id, "state": V.DEAD, "dead_reason": V.PROTOCOL,
+                              "dead_message": told, "execution_count": 2}, durable=False)
+        process.kill()
+        process.wait()
+
+    async def main():
+        async with await serve(handle, answer):
+            events = await manager.calls.open_execute(handle, {"code": "forge()"})
+            return [event async for event in events]
+
+    events = asyncio.run(main())
+    assert [e["type"] for e in events] == ["error", "done"], events
+    assert events[0]["evalue"] == told and events[1]["reason"] == V.PROTOCOL
