@@ -170,7 +170,7 @@ def test_an_idle_sandbox_pauses_instead_of_ending(api, new_sandbox):
 
 
 def test_the_maximum_lifetime_still_ends_a_paused_sandbox(api, new_sandbox):
-    sid = new_sandbox(isolation="gvisor", max_lifetime_seconds=60)["id"]
+    sid = new_sandbox(isolation="gvisor", max_lifetime_seconds=40)["id"]
     support.ok(support.execute(api, sid, "x = 1"))
     pause(api, sid)
     ended = support.wait_for(lambda: api.get(f"/v1/sandboxes/{sid}").status_code == 410, 120)

@@ -81,9 +81,11 @@ def test_xdist_runs_one_group_on_one_worker(tmp_path):
     out.mkdir()
     (suite / "test_grouped.py").write_text(GROUPED)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadgroup",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist", "-n", "3", "--dist", "loadgroup",
          "--rootdir", str(suite), str(suite)],
-        cwd=suite, env={**os.environ, "GROUPED_OUT": str(out)}, capture_output=True, text=True, timeout=120,
+        # xdist alone: the suite's other plugins cost each worker seconds of imports here
+        cwd=suite, env={**os.environ, "GROUPED_OUT": str(out), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     ran = list(out.glob("ran-*"))
