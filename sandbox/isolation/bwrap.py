@@ -238,8 +238,8 @@ def preloaded_modules(spec: dict) -> list[str]:
     """The image's preload, for a warm-pool sandbox only. Preloading pays the imports ahead,
     while nobody waits, so that a claimed sandbox's first `import pandas` is instant; a sandbox
     started for a caller who waits (none warm, the gVisor tier, egress) would make them wait
-    for imports they may never use (about a CPU-second, several under gVisor), so it imports
-    on first use instead."""
+    for imports they may never use (about a CPU-second; a gVisor create took 3.7 s with
+    them, 2.2 s without), so it imports on first use instead."""
     return list(spec["image_info"].get("preload", [])) if spec.get("pooled") else []
 
 

@@ -78,8 +78,8 @@ def test_a_cold_sandboxs_ttl_counts_from_when_it_is_ready(new_sandbox):
 def test_only_a_warm_sandbox_has_the_images_modules_preloaded(api, new_sandbox, run):
     """Preloading pays numpy, pandas and matplotlib ahead, while nobody waits: a warm
     sandbox has them at its first cell. A sandbox started for a waiting caller (here: not
-    from the pool, for its disk size) imports nothing ahead (about a CPU-second, several
-    under gVisor) and imports on first use, a figure then showing inline all the same."""
+    from the pool, for its disk size) imports nothing ahead (about a CPU-second) and
+    imports on first use, a figure then showing inline all the same."""
     preloaded = "import sys; sorted(m for m in ('numpy', 'pandas', 'matplotlib.pyplot') if m in sys.modules)"
     assert wait_for(lambda: api.get("/v1/info").json()["pool"]["default"]["ready"] >= 1, 120), api.get("/v1/info").text
     warm = new_sandbox()
