@@ -68,15 +68,17 @@ def test_a_live_supervisor_that_does_not_answer_is_503(running):
     assert unavailable.value.status == 503 and "not answering" in unavailable.value.message
 
 
-def test_an_execute_cut_off_by_a_death_ends_with_the_recorded_reason(running):
+def execute_cut_off(running, sent: dict, reason: str, message: str) -> list[dict]:
+    """The events an execute streams when its supervisor sends ``sent``, records its death
+    (``reason``, ``message``) and dies before a `done`."""
     manager, handle, process = running
 
     async def answer(request, writer):
-        await write_frame(writer, {"type": "stream", "name": "stdout", "text": "hi\n"})
+        await write_frame(writer, sent)
         await writer.drain()
         statefile.write_json(os.path.join(handle.dir, "state.json"),
-                             {"id": handle.id, "state": V.DEAD, "dead_reason": V.OOM,
-                              "dead_message": "it ran out of memory", "execution_count": 3}, durable=False)
+                             {"id": handle.id, "state": V.DEAD, "dead_reason": reason,
+                              "dead_message": message, "execution_count": 3}, durable=False)
         process.kill()
         process.wait()
 
@@ -85,7 +87,12 @@ def test_an_execute_cut_off_by_a_death_ends_with_the_recorded_reason(running):
             events = await manager.calls.open_execute(handle, {"code": "x = [0] * 10**10"})
             return [event async for event in events]
 
-    events = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_an_execute_cut_off_by_a_death_ends_with_the_recorded_reason(running):
+    manager, handle, _ = running
+    events = execute_cut_off(running, {"type": "stream", "name": "stdout", "text": "hi\n"}, V.OOM, "it ran out of memory")
     assert [e["type"] for e in events] == ["stream", "error", "done"]
     assert events[1]["evalue"] == "it ran out of memory"
     assert events[2]["reason"] == V.OOM and events[2]["sandbox_state"] == V.DEAD
@@ -96,23 +103,7 @@ def test_an_end_the_supervisor_told_before_it_exited_is_told_once(running):
     """A protocol stop: the supervisor sends the error naming it, then exits before its
     `done` goes out (a CI run saw the end told twice: the supervisor's words and the
     server's again). The caller hears the end once, and `done` from the record."""
-    manager, handle, process = running
     told = "the sandbox broke the protocol of its control channel: the frame holds 100001 objects and arrays"
-
-    async def answer(request, writer):
-        await write_frame(writer, V.reason_error_event(V.PROTOCOL, told))
-        await writer.drain()
-        statefile.write_json(os.path.join(handle.dir, "state.json"),
-                             {"id": handle.id, "state": V.DEAD, "dead_reason": V.PROTOCOL,
-                              "dead_message": told, "execution_count": 2}, durable=False)
-        process.kill()
-        process.wait()
-
-    async def main():
-        async with await serve(handle, answer):
-            events = await manager.calls.open_execute(handle, {"code": "forge()"})
-            return [event async for event in events]
-
-    events = asyncio.run(main())
+    events = execute_cut_off(running, V.reason_error_event(V.PROTOCOL, told), V.PROTOCOL, told)
     assert [e["type"] for e in events] == ["error", "done"], events
     assert events[0]["evalue"] == told and events[1]["reason"] == V.PROTOCOL
