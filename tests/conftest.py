@@ -59,6 +59,7 @@ def isolation(request: pytest.FixtureRequest) -> str:
 
 
 RUN_OWNER = pytest.StashKey[bool]()
+EARLY_BUILD = pytest.StashKey["subprocess.Popen | None"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -74,9 +75,22 @@ def pytest_configure(config: pytest.Config) -> None:
         # again (a supervisor's start: 0.26 s of CPU instead of 0.10). The workers and all
         # they start inherit this.
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    if config.stash[RUN_OWNER] and needs_the_image(config):
+        config.stash[EARLY_BUILD] = testrun.start_default_image(testrun.image_home(), support.server_env(None),
+                                                                support.REPO)
     record = config.getoption("record_durations")
     if record and not worker:
         config.pluginmanager.register(longest_first.RecordDurations(pathlib.Path(record)), "sandbox-kernel-durations")
+
+
+def needs_the_image(config: pytest.Config) -> bool:
+    """Whether the run may start a server (so its default image is built ahead): not when
+    a server elsewhere is used, nor for the unit tests alone."""
+    if os.environ.get("SANDBOX_KERNEL_TEST_URL"):
+        return False
+    paths = [a.split("::")[0] for a in config.args if not a.startswith("-")]
+    unit = (support.REPO / "tests" / "unit").resolve()
+    return not paths or not all(pathlib.Path(p).resolve().is_relative_to(unit) for p in paths)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -92,6 +106,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     support.remove_kernelspec()  # installed once per process by whichever suite needed it first
     if not session.config.stash.get(RUN_OWNER, False):
         return
+    testrun.end_default_image(session.config.stash.get(EARLY_BUILD, None))
     left = testrun.leftovers()
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -22,6 +22,7 @@ JupyterLab, chromium). Other runs on the same machine carry other tags and are n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import secrets
@@ -84,6 +85,35 @@ def image_home() -> pathlib.Path:
     home.mkdir(parents=True, exist_ok=True)
     home.chmod(0o711)  # the sandboxes' uids traverse it to their image
     return home
+
+
+def start_default_image(home: pathlib.Path, env: dict[str, str], cwd: pathlib.Path) -> subprocess.Popen:
+    """Begin building the default image in the background. The run's owner does this before
+    xdist starts its workers: the build (about 40 s) then overlaps their start and their
+    collection, which each worker's first test otherwise waited for. `ensure_default_image`
+    waits on the image store's lock and finds it built. Its output: ``early-build.log``."""
+    scratch = home / "early-build-tmp"  # its temporary files, removed with it (see `end_default_image`)
+    scratch.mkdir(exist_ok=True)
+    with open(home / "early-build.log", "wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "sandbox", "image", "build", "--state-dir", str(home)],
+                                cwd=str(cwd), env={**env, "TMPDIR": str(scratch)}, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def end_default_image(build: subprocess.Popen | None) -> None:
+    """At the run's end: a build nobody needed (a run of tests without a server) is stopped
+    when its image would be removed with the run anyway, else awaited (a kept state
+    directory must not keep half an image)."""
+    if build is None:
+        return
+    if build.poll() is None:
+        if os.environ.get("SANDBOX_KERNEL_TEST_STATE_DIR"):
+            build.wait(1200)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(build.pid, signal.SIGKILL)
+            build.wait(60)
+    shutil.rmtree(image_home() / "early-build-tmp", ignore_errors=True)
 
 
 def ensure_default_image(home: pathlib.Path, env: dict[str, str], cwd: pathlib.Path) -> None:

@@ -168,6 +168,9 @@ def lab_kernel_client(who: Newcomer, base: str, token: str) -> BlockingKernelCli
     kc = BlockingKernelClient()
     kc.load_connection_file(str(connection))
     kc.start_channels()
+    # A heart a second late on a loaded host is not dead (the default: 1 s, and a CI run's
+    # wait_for_ready then said "Kernel died" of a kernel that was starting).
+    kc.hb_channel.time_to_dead = 20.0
     kc.wait_for_ready(timeout=300)
     return kc
 

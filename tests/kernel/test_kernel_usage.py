@@ -19,7 +19,9 @@ def hold(mb: int) -> str:
 @pytest.mark.slow
 def test_memory_note_past_80_percent_and_the_peak_of_an_oom(start_kernel):
     km, kc = start_kernel(SANDBOX_KERNEL_MEMORY_MB="512")
-    below = run_cell(kc, hold(40))
+    # The libraries a warm sandbox preloads, imported in any case: the same footing whether
+    # the kernel got a warm sandbox or a cold one (which imports them on first use).
+    below = run_cell(kc, "import numpy, pandas, matplotlib.pyplot\n" + hold(40))
     assert below.status == "ok" and "[sandbox: memory" not in below.stderr, below.stderr
     above = run_cell(kc, hold(330))
     assert above.status == "ok", above.errors
