@@ -9,6 +9,8 @@ import json
 import pytest
 from support import run_cell
 
+from sandbox.images.images import DEFAULT_PRELOAD
+
 MiB = 1024 * 1024
 
 
@@ -21,7 +23,7 @@ def test_memory_note_past_80_percent_and_the_peak_of_an_oom(start_kernel):
     km, kc = start_kernel(SANDBOX_KERNEL_MEMORY_MB="512")
     # The libraries a warm sandbox preloads, imported in any case: the same footing whether
     # the kernel got a warm sandbox or a cold one (which imports them on first use).
-    below = run_cell(kc, "import numpy, pandas, matplotlib.pyplot\n" + hold(40))
+    below = run_cell(kc, f"import {', '.join(DEFAULT_PRELOAD)}\n" + hold(40))
     assert below.status == "ok" and "[sandbox: memory" not in below.stderr, below.stderr
     above = run_cell(kc, hold(330))
     assert above.status == "ok", above.errors

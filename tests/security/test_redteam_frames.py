@@ -42,6 +42,7 @@ import pytest
 from redteam_support import RedteamServer
 
 import support
+from sandbox.images.images import DEFAULT_PRELOAD
 from sandbox.runtime.forge import FORGE_CELL as FORGE  # frame(), write_all() onto the cell's own channel
 from support import done_of, of_type, stream_text
 
@@ -292,7 +293,7 @@ def test_a_display_of_millions_of_metadata_items_is_trimmed_and_the_sandbox_live
     try:
         # A sandbox at work holds its libraries (a warm one has them preloaded; this one is
         # started for the caller): the control's copies then no longer fit in the 256 MB.
-        assert done_of(api.run(sid, "import numpy, pandas, matplotlib.pyplot"))["status"] == "ok"
+        assert done_of(api.run(sid, f"import {', '.join(DEFAULT_PRELOAD)}"))["status"] == "ok"
         events = api.run(sid, MILLION_DICTS, timeout_seconds=120)
         done = done_of(events)
         assert done["status"] == "ok" and done["sandbox_state"] == "running", done
