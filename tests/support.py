@@ -520,7 +520,10 @@ def start_session_server() -> Server:
     testrun.ensure_default_image(home, server_env(None), REPO)
     state_dir = make_state_dir("sbk-test-state-", images_from=home)
     keep = os.environ.get("SANDBOX_KERNEL_TEST_KEEP_STATE") == "1"
-    return Server(state_dir, token=secrets.token_hex(16), log_name="test-server.log", keep_state=keep).open()
+    # A warm pool, as the product's default, without the preload: the suite claims hundreds of
+    # its sandboxes and no test needs their imports ahead (README, Testing).
+    return Server(state_dir, "--set", "pool_preload=false", token=secrets.token_hex(16), log_name="test-server.log",
+                  keep_state=keep).open()
 
 
 # --------------------------------------------------------------------- sandboxes

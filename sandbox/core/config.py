@@ -84,6 +84,10 @@ class ServiceConfig(Configurable):
 
     pool_size = Int(2, help="Warm sandboxes kept ready for the default image.").tag(config=True)
     pool_sizes = Dict(help="Warm sandboxes per image name (overrides pool_size).").tag(config=True)
+    pool_preload = Bool(True, help="Warm-pool sandboxes import their image's preload modules while they wait "
+                              "(numpy, pandas, matplotlib.pyplot for the default image), so that a claimed "
+                              "sandbox's first import is instant; each holds about 80 MiB more. False: warm "
+                              "sandboxes import on first use, as a cold one does.").tag(config=True)
     pool_idle_seconds = Int(3600, help="How long an unclaimed pooled sandbox lives.").tag(config=True)
 
     uid_base = Int(2_100_000, help="First host uid of the range reserved for sandboxes.").tag(config=True)

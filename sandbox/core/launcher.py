@@ -80,6 +80,17 @@ def choose_backend(config: ServiceConfig, request: dict) -> str:
     return backend
 
 
+def preload_of(image_info: dict, pooled: bool, config: ServiceConfig) -> list[str]:
+    """The modules a new sandbox imports before its first cell: the image's preload, for a
+    warm-pool sandbox only (unless ``pool_preload`` is off). Preloading pays the imports
+    ahead, while nobody waits, so that a claimed sandbox's first `import pandas` is instant;
+    a sandbox started for a caller who waits (none warm, the gVisor tier, egress) would make
+    them wait for imports they may never use (about a CPU-second; a gVisor create took 3.7 s
+    with them, 2.2 s without), so it imports on first use instead. Each preloaded warm
+    sandbox holds about 80 MiB more (the default image's three)."""
+    return list(image_info.get("preload", [])) if pooled and config.pool_preload else []
+
+
 class Launcher:
     def __init__(self, config: ServiceConfig, state_dir: StateDir, images: ImageStore, registry: Registry,
                  egress: EgressService):
@@ -133,7 +144,8 @@ class Launcher:
         spec = {
             "id": sandbox_id, "image": image, "image_info": self.images.get(image), "uid": uid,
             "limits": limits, "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
-            "pooled": pooled, "metadata": metadata or {}, "runtime_dir": self.runtime_dir,
+            "pooled": pooled, "preload": preload_of(self.images.get(image), pooled, self.config),
+            "metadata": metadata or {}, "runtime_dir": self.runtime_dir,
             "workspace": workspace, "seccomp": self.config.seccomp, "use_cgroups": self.root,
             "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path, "bwrap_version": self.bwrap_version,
             "unsafe_test_only_layers_off": testonly.honoured(self.config),

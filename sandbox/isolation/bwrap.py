@@ -234,15 +234,6 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
 NO_NETWORK_PIP = {"PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
 
 
-def preloaded_modules(spec: dict) -> list[str]:
-    """The image's preload, for a warm-pool sandbox only. Preloading pays the imports ahead,
-    while nobody waits, so that a claimed sandbox's first `import pandas` is instant; a sandbox
-    started for a caller who waits (none warm, the gVisor tier, egress) would make them wait
-    for imports they may never use (about a CPU-second; a gVisor create took 3.7 s with
-    them, 2.2 s without), so it imports on first use instead."""
-    return list(spec["image_info"].get("preload", [])) if spec.get("pooled") else []
-
-
 def sandbox_environment(spec: dict) -> dict[str, str]:
     """The runtime's whole environment (every backend's: it starts from an empty one)."""
     image, limits = spec["image_info"], spec["limits"]
@@ -258,7 +249,7 @@ def sandbox_environment(spec: dict) -> dict[str, str]:
         "IPYTHONDIR": "/tmp/.ipython",
         "MPLCONFIGDIR": "/tmp/.config/matplotlib",
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-        "SANDBOX_PRELOAD": ",".join(preloaded_modules(spec)),
+        "SANDBOX_PRELOAD": ",".join(spec.get("preload", [])),  # core/launcher.py: preload_of
         "SANDBOX_OUTPUT_LIMIT": str(int(limits["output_bytes"])),
         "SANDBOX_MPLCACHE": MPLCACHE_MOUNT if image.get("mplcache") else "",
         "TERM": "xterm-256color",

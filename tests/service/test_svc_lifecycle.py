@@ -11,6 +11,8 @@ from datetime import datetime, timedelta
 import pytest
 from support import (
     cmdline,
+    create,
+    execute,
     ok,
     process_tree,
     real_uid,
@@ -75,21 +77,38 @@ def test_a_cold_sandboxs_ttl_counts_from_when_it_is_ready(new_sandbox):
     assert ts(created["expires_at"]) - ts(created["created_at"]) > timedelta(seconds=600), created
 
 
-def test_only_a_warm_sandbox_has_the_images_modules_preloaded(api, new_sandbox, run):
-    """Preloading pays numpy, pandas and matplotlib ahead, while nobody waits: a warm
-    sandbox has them at its first cell. A sandbox started for a waiting caller (here: not
-    from the pool, for its disk size) imports nothing ahead (about a CPU-second) and
-    imports on first use, a figure then showing inline all the same."""
-    preloaded = "import sys; sorted(m for m in ('numpy', 'pandas', 'matplotlib.pyplot') if m in sys.modules)"
-    assert wait_for(lambda: api.get("/v1/info").json()["pool"]["default"]["ready"] >= 1, 120), api.get("/v1/info").text
-    warm = new_sandbox()
+PRELOADED = "import sys; sorted(m for m in ('numpy', 'pandas', 'matplotlib.pyplot') if m in sys.modules)"
+
+
+def claim_warm(client) -> dict:
+    """A sandbox claimed from the server's warm pool (once one is ready)."""
+    assert wait_for(lambda: client.get("/v1/info").json()["pool"]["default"]["ready"] >= 1, 120), \
+        client.get("/v1/info").text
+    warm = create(client)
     assert warm["from_pool"] is True, warm
-    assert result_text(ok(run(warm["id"], preloaded))) == "['matplotlib.pyplot', 'numpy', 'pandas']"
-    cold = new_sandbox(disk_mb=257)
-    assert cold["from_pool"] is False, cold
-    assert result_text(ok(run(cold["id"], preloaded))) == "[]"
-    events = ok(run(cold["id"], "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nNone"))
-    assert [e for e in events if e["type"] == "display_data" and "image/png" in e["data"]], events
+    return warm
+
+
+def test_only_a_warm_sandbox_has_the_images_modules_preloaded(spawn_server, api):
+    """Preloading pays numpy, pandas and matplotlib ahead, while nobody waits: with the
+    product's defaults a warm sandbox has them at its first cell. A sandbox started for a
+    waiting caller (here: not from the pool, for its disk size) imports nothing ahead (about
+    a CPU-second) and imports on first use, a figure then showing inline all the same. With
+    `pool_preload=false` (the session server's setting) a warm sandbox imports nothing ahead
+    either."""
+    with spawn_server("--pool-size", "1").client(timeout=120) as own:
+        warm = claim_warm(own)
+        assert result_text(ok(execute(own, warm["id"], PRELOADED))) == "['matplotlib.pyplot', 'numpy', 'pandas']"
+        cold = create(own, disk_mb=257)
+        assert cold["from_pool"] is False, cold
+        assert result_text(ok(execute(own, cold["id"], PRELOADED))) == "[]"
+        events = ok(execute(own, cold["id"], "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nNone"))
+        assert [e for e in events if e["type"] == "display_data" and "image/png" in e["data"]], events
+    light = claim_warm(api)
+    try:
+        assert result_text(ok(execute(api, light["id"], PRELOADED))) == "[]"
+    finally:
+        api.delete(f"/v1/sandboxes/{light['id']}")
 
 
 def test_a_cell_longer_than_the_ttl_leaves_the_sandbox_alive(api, new_sandbox, run):
