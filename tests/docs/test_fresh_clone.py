@@ -1,7 +1,7 @@
 """A newcomer's first day, from a fresh clone and README only, leaves nothing running.
 
 What this adds to the suites that run the pieces (the notebooks under nbval as root,
-tests/notebooks, and as an ordinary user, tests/multiuser; `lab` stopping its server with
+tests/notebooks; `lab` stopping its server with
 the images mounted as root, tests/kernel/test_server_lifecycle.py; every documented snippet,
 test_documented_snippets.py): README's own run line, as written, on a `git clone` of this
 checkout's HEAD, by a new ordinary account (README: "root or an ordinary user alike"; an
@@ -16,9 +16,12 @@ and a plain test of what is left: any process of that uid at all).
    The account's state directory borrows the run's built image (make_state_dir does the
    same): the first-cell build is the image tests' job, not worth two minutes here.
 3. One cell through a kernel that JupyterLab started; it starts the embedded server.
-4. Every notebook in notebooks/ runs with the clone's venv, that is with README's extras
-   only (`jupyter execute`, nbclient, which stops at the first unexpected error; the
-   outputs themselves are nbval's to compare, in tests/notebooks).
+4. Every notebook in notebooks/ passes nbval (README, Notebooks) as this ordinary user runs
+   it, with the clone's venv: README's extras plus nbval, nothing else the notebooks could
+   use. The stored outputs are the root mode's (tests/notebooks checks them as root); the
+   cells whose facts depend on the mode print the same in both (notebook 02's memory bomb)
+   or are masked where %sandbox names the mode (notebooks/nbval_sanitize.cfg). nbval kills
+   its kernels: afterwards none of their sandboxes may still run.
 5. File > Shut Down (POST /api/shutdown); `lab` exits, stopping the server its kernel
    started; then no process of the account remains and nothing is mounted under its home.
 
@@ -31,6 +34,7 @@ import json
 import os
 import pathlib
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -40,6 +44,7 @@ import typing as t
 from dataclasses import dataclass
 
 import httpx
+import nbformat
 import pytest
 import testrun
 from docblocks import readme_run_line
@@ -175,6 +180,28 @@ def lab_kernel_client(who: Newcomer, base: str, token: str) -> BlockingKernelCli
     return kc
 
 
+# README's Notebooks validation, with nbval added to README's install (nothing the notebooks
+# use: nbval and pytest only); one process, not the suite's xdist workers (`addopts`).
+NBVAL = (".venv/bin/pip install -q nbval && .venv/bin/python -m pytest -o addopts= -p no:cacheprovider -q "
+         "--nbval notebooks/ --nbval-kernel-name sandbox --nbval-sanitize-with notebooks/nbval_sanitize.cfg")
+
+
+def nbval_counts(output: str) -> dict[str, int]:
+    """pytest's last line, e.g. '3 failed, 14 passed in 20.1s' -> {'failed': 3, 'passed': 14}."""
+    last = [line for line in output.splitlines() if line.strip()][-1]
+    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", last) if word not in ("warning", "warnings")}
+
+
+def code_cell_count(path: pathlib.Path) -> int:
+    return sum(c.cell_type == "code" for c in nbformat.read(path, as_version=4).cells)
+
+
+def running_in(state: pathlib.Path) -> list[str]:
+    """The sandboxes of a state directory that are running, as their supervisors say."""
+    return [d.name for d in (state / "sandboxes").glob("*")
+            if (d / "state.json").exists() and json.loads((d / "state.json").read_text()).get("state") == "running"]
+
+
 def test_readme_first_day_from_a_fresh_clone(newcomer: Newcomer, tmp_path: pathlib.Path):
     who = newcomer
     setup, main = split_run_line(readme_run_line(who.clone / "README.md"))
@@ -207,13 +234,18 @@ def test_readme_first_day_from_a_fresh_clone(newcomer: Newcomer, tmp_path: pathl
         assert pid_alive(server["pid"]) and who.processes(), "the control: the embedded server runs"
 
         began = time.monotonic()
-        notebooks = sorted(p.relative_to(who.clone) for p in (who.clone / "notebooks").glob("*.ipynb"))
+        notebooks = sorted((who.clone / "notebooks").glob("*.ipynb"))
         assert len(notebooks) >= 5, notebooks
-        ran = who.run(f".venv/bin/jupyter execute --kernel_name=sandbox {' '.join(map(str, notebooks))}",
-                      timeout=1200)
-        assert ran.returncode == 0, f"a notebook failed with README's install:\n{ran.stdout[-3000:]}\n" \
-                                    f"{ran.stderr[-8000:]}"
-        assert ran.stderr.count("Executing notebooks/") == len(notebooks), ran.stderr[-3000:]
+        lab_kernels = set(running_in(who.state_dir))  # the kernel above runs on
+        ran = who.run(NBVAL, timeout=1200)
+        assert ran.returncode == 0, f"a notebook failed with README's install:\n{ran.stdout[-6000:]}\n" \
+                                    f"{ran.stderr[-3000:]}"
+        counts = nbval_counts(ran.stdout)
+        assert counts.get("passed") == sum(map(code_cell_count, notebooks)), ran.stdout[-3000:]  # every cell ran
+        assert set(counts) == {"passed"}, ran.stdout[-3000:]
+        # nbval killed its kernels: the embedded server ended their sandboxes by itself.
+        assert wait_for(lambda: set(running_in(who.state_dir)) == lab_kernels, 60, interval=0.5), \
+            (running_in(who.state_dir), lab_kernels)
         timings["notebooks"] = time.monotonic() - began
 
         began = time.monotonic()

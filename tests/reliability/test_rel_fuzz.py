@@ -8,6 +8,9 @@ tests' sandboxes). Half of the requests on a sandbox path go to a real, live san
 "target"), so execute, files, complete and inspect are fuzzed past the 404. A second
 sandbox (the "bystander") is never named to the fuzzer and must keep its variables.
 
+On the gVisor tier, only the operations that reach a sandbox are fuzzed (a create, and every
+call on one): the rest is the same server code on either tier, fuzzed on bwrap.
+
 Left out: ``POST /v1/images`` (a positive case is a real pip build from PyPI: minutes and
 network). Execute timeouts are capped at 5 s so that generated code cannot hold the run.
 """
@@ -25,12 +28,20 @@ pytestmark = pytest.mark.slow
 
 
 EXAMPLES = 20
-EXAMPLES_CREATE = 8  # each positive one boots a real sandbox
+EXAMPLES_CREATE = 8  # each positive one boots a real sandbox: a create, a fork (gVisor's)
+BOOTS = {("POST", "/v1/sandboxes"), ("POST", "/v1/sandboxes/{sandbox_id}/fork")}
 # Draining is an admin switch that makes every later create a 503 by design (tests/gateway/).
 SKIP = {("POST", "/v1/images"), ("POST", "/v1/node/drain")}
 
 
-def test_fuzzed_requests_never_get_a_5xx_and_the_server_keeps_serving(sandbox_server, spawn_server):
+def reaches_a_sandbox(method: str, path: str) -> bool:
+    """An operation whose handling depends on the sandbox's tier: a create, and every call on
+    a sandbox. The others (health, info, images, secrets, usage, the node's own) run the same
+    server code whatever the default tier, so their fuzzing on bwrap covers them."""
+    return "{sandbox_id}" in path or (method, path) == ("POST", "/v1/sandboxes")
+
+
+def test_fuzzed_requests_never_get_a_5xx_and_the_server_keeps_serving(sandbox_server, spawn_server, isolation):
     server = spawn_server()
     auth = server.headers
     schema = schemathesis.openapi.from_url(sandbox_server.url + "/v1/openapi.json",
@@ -91,7 +102,9 @@ def test_fuzzed_requests_never_get_a_5xx_and_the_server_keeps_serving(sandbox_se
         operation = result.ok()
         if (operation.method.upper(), operation.path) in SKIP:
             continue
-        examples = EXAMPLES_CREATE if (operation.method.upper(), operation.path) == ("POST", "/v1/sandboxes") else EXAMPLES
+        if isolation != "bwrap" and not reaches_a_sandbox(operation.method.upper(), operation.path):
+            continue
+        examples = EXAMPLES_CREATE if (operation.method.upper(), operation.path) in BOOTS else EXAMPLES
         for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
             fuzz(operation, mode, examples)
 
