@@ -53,7 +53,7 @@ def lay_out(source_dir: str, fork_dir: str, fork_id: str, *, ttl: int, max_life:
     if os.path.ismount(host.workspace_dir(source_dir)):
         raise RuntimeError("the source's workspace is still mounted: it is not paused yet")
     if not disk.wait_free(host.workspace_image(source_dir), host.SETTLE_SECONDS):
-        raise RuntimeError("the source's workspace image is still held by its last run")
+        raise RuntimeError(disk.held_reason("the source's workspace image", host.workspace_dir(source_dir)))
     os.makedirs(fork_dir, mode=0o711)
     os.chmod(fork_dir, 0o711)
     _copy(host.workspace_dir(source_dir), host.workspace_dir(fork_dir))

@@ -107,6 +107,37 @@ def wait_free(image: str, seconds: float) -> bool:
     return True
 
 
+def pinning_namespaces(mountpoint: str) -> list[str]:
+    """Processes of other mount namespaces that still have ``mountpoint`` mounted, one named
+    per namespace. A mount namespace made while the mount existed (``unshare --mount``, a
+    service's private /tmp) keeps a copy of it where the host's mounts are private, and that
+    copy holds the image until the namespace ends, whatever the host unmounts."""
+    own = os.readlink("/proc/self/ns/mnt")
+    found: dict[str, str] = {}
+    for pid in (entry for entry in os.listdir("/proc") if entry.isdigit()):
+        try:
+            namespace = os.readlink(f"/proc/{pid}/ns/mnt")
+            if namespace == own or namespace in found:
+                continue
+            with open(f"/proc/{pid}/mountinfo") as f:
+                if not any(line.split()[4] == mountpoint for line in f):
+                    continue
+            with open(f"/proc/{pid}/comm") as f:
+                found[namespace] = f"pid {pid} ({f.read().strip()})"
+        except (OSError, IndexError):  # gone meanwhile, or not ours to read
+            continue
+    return sorted(found.values())
+
+
+def held_reason(what: str, mountpoint: str) -> str:
+    """Why ``what`` (a workspace's image, mounted at ``mountpoint`` in its last run) is not free."""
+    pins = pinning_namespaces(mountpoint)
+    if pins:
+        return (f"{what} is still held by a copy of its mount in another mount namespace, made on the host while "
+                f"the sandbox ran ({', '.join(pins[:3])}); it is free once that namespace ends")
+    return f"{what} is still held by the sandbox's previous run"
+
+
 def in_loop(image: str) -> bool:
     """Whether a loop device still holds ``image`` (a lazily detached mount not yet gone)."""
     image = os.path.realpath(image)

@@ -75,7 +75,7 @@ class HostResources:
             if store and workspace_store.in_store(self.workspace_image):
                 workspace_store.ensure(store)  # mounted again after a reboot
             if not disk.wait_free(self.workspace_image, SETTLE_SECONDS):  # two mounts of one image corrupt it
-                raise RuntimeError("the workspace image is still held by the sandbox's previous run")
+                raise RuntimeError(disk.held_reason("the workspace image", self.workspace))
             disk.mount(self.workspace_image, self.workspace)
             disk_mode = f"ext4 loop filesystem of {limits['disk_mb']} MiB"
         elif spec.get("disk_quota"):

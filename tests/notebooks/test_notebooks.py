@@ -112,7 +112,12 @@ def run_nbval(target: pathlib.Path, embedded: EmbeddedDefault) -> subprocess.Com
         "-p", "no:cacheprovider", "-o", "addopts=",  # one process: not the suite's xdist workers
     ]
     # In its own mount namespace, the module's state directory stands at the default path.
+    # The namespace starts with a copy of every mount of the host, whose mounts are private
+    # here: the copies of other tests' sandbox workspaces are let go of first, or they would
+    # hold those images while nbval runs, and a paused gVisor sandbox could not be restored
+    # (sandbox/isolation/disk.py, pinning_namespaces).
     in_namespace = (
+        "findmnt -rn -o TARGET | grep '/sandboxes/sbx-[^/]*/workspace$' | sort -r | xargs -r umount -l; "
         f"mkdir -p {DEFAULT_STATE_DIR} && mount --bind {embedded.state_dir} {DEFAULT_STATE_DIR} && exec \"$@\""
     )
     cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", in_namespace, "sh", *nbval]

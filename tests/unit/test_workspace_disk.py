@@ -63,6 +63,27 @@ def test_a_held_image_is_reported_held(tmp_path):
     assert disk.wait_free(image, 10) is True
 
 
+def test_a_mount_namespace_made_meanwhile_is_named_as_the_holder(tmp_path):
+    """Where the host's mounts are private, a mount namespace made while a workspace is
+    mounted keeps its own copy of the mount: unmounted on the host, the image stays held
+    until that namespace ends, and the reason names a process of it."""
+    image, point = str(tmp_path / "ws.img"), str(tmp_path / "ws")
+    os.makedirs(point)
+    disk.create(image, point, 64, None)
+    pinner = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "60"])
+    try:
+        assert support.wait_for(lambda: os.readlink(f"/proc/{pinner.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"), 10)
+        assert disk.unmount(point, 0.5, image) is False  # gone from here, held there
+        assert disk.held_reason("the image", point) == (
+            "the image is still held by a copy of its mount in another mount namespace, made on the host while the "
+            f"sandbox ran (pid {pinner.pid} (sleep)); it is free once that namespace ends")
+    finally:
+        pinner.kill()
+        pinner.wait()
+    assert disk.wait_free(image, 10) is True
+    assert disk.held_reason("the image", point) == "the image is still held by the sandbox's previous run"
+
+
 @pytest.mark.skipif(not workspace_store.available()[0], reason=f"no workspace store here: {workspace_store.available()[1]}")
 def test_the_store_clones_a_workspace_sharing_its_blocks(tmp_path):
     root = str(tmp_path)
