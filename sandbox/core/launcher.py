@@ -141,10 +141,11 @@ class Launcher:
         os.makedirs(workspace, mode=0o700)
         if uid is not None:
             os.chown(workspace, uid, uid)
+        image_info = self.images.get(image)  # image.json, read once per sandbox
         spec = {
-            "id": sandbox_id, "image": image, "image_info": self.images.get(image), "uid": uid,
+            "id": sandbox_id, "image": image, "image_info": image_info, "uid": uid,
             "limits": limits, "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
-            "pooled": pooled, "preload": preload_of(self.images.get(image), pooled, self.config),
+            "pooled": pooled, "preload": preload_of(image_info, pooled, self.config),
             "metadata": metadata or {}, "runtime_dir": self.runtime_dir,
             "workspace": workspace, "seccomp": self.config.seccomp, "use_cgroups": self.root,
             "disk_quota": self.disk_quota, "bwrap_path": self.bwrap_path, "bwrap_version": self.bwrap_version,
