@@ -132,7 +132,7 @@ def has_default_image(state_dir: pathlib.Path) -> bool:
 
 def build_default_image(state_dir: pathlib.Path) -> None:
     """One build, for when no already built image is at hand (e.g. an external test server)."""
-    r = subprocess.run([sys.executable, "-m", "sandbox", "image", "build", "--state-dir", str(state_dir)],
+    r = subprocess.run(testrun.image_build_argv(state_dir),
                        cwd=str(REPO), env=server_env(None), capture_output=True, text=True, timeout=900)
     if r.returncode != 0 or not has_default_image(state_dir):
         raise RuntimeError(f"building the default image failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")

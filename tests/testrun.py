@@ -87,6 +87,11 @@ def image_home() -> pathlib.Path:
     return home
 
 
+def image_build_argv(home: pathlib.Path) -> list[str]:
+    """`sandbox image build` of the default image into the state directory ``home``."""
+    return [sys.executable, "-m", "sandbox", "image", "build", "--state-dir", str(home)]
+
+
 def start_default_image(home: pathlib.Path, env: dict[str, str], cwd: pathlib.Path) -> subprocess.Popen:
     """Begin building the default image in the background. The run's owner does this before
     xdist starts its workers: the build (about 40 s) then overlaps their start and their
@@ -95,7 +100,7 @@ def start_default_image(home: pathlib.Path, env: dict[str, str], cwd: pathlib.Pa
     scratch = home / "early-build-tmp"  # its temporary files, removed with it (see `end_default_image`)
     scratch.mkdir(exist_ok=True)
     with open(home / "early-build.log", "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", "sandbox", "image", "build", "--state-dir", str(home)],
+        return subprocess.Popen(image_build_argv(home),
                                 cwd=str(cwd), env={**env, "TMPDIR": str(scratch)}, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -119,7 +124,7 @@ def end_default_image(build: subprocess.Popen | None) -> None:
 def ensure_default_image(home: pathlib.Path, env: dict[str, str], cwd: pathlib.Path) -> None:
     """Build the default image in ``home`` unless it is built from today's recipe. Workers
     that come here at once wait on the image store's lock and then reuse the first one's."""
-    r = subprocess.run([sys.executable, "-m", "sandbox", "image", "build", "--state-dir", str(home)],
+    r = subprocess.run(image_build_argv(home),
                        cwd=str(cwd), env=env, capture_output=True, text=True, timeout=1200)
     if r.returncode != 0 or not (home / "images" / "default" / "image.json").is_file():
         raise RuntimeError(f"building the default image in {home} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
