@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import secrets
 import shutil
 import signal
@@ -328,6 +329,12 @@ def unmount_under(state_dir: pathlib.Path) -> None:
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
+def running_in(state_dir: pathlib.Path) -> list[str]:
+    """The sandboxes of a state directory that are running, as their supervisors say."""
+    return [d.name for d in (state_dir / "sandboxes").glob("*")
+            if (d / "state.json").exists() and json.loads((d / "state.json").read_text()).get("state") == "running"]
+
+
 def sandbox_ids(state_dir: pathlib.Path) -> list[str]:
     try:
         return sorted(os.listdir(state_dir / "sandboxes"))
@@ -524,6 +531,23 @@ def start_session_server() -> Server:
     # its sandboxes and no test needs their imports ahead (README, Testing).
     return Server(state_dir, "--set", "pool_preload=false", token=secrets.token_hex(16), log_name="test-server.log",
                   keep_state=keep).open()
+
+
+# --------------------------------------------------------------------- notebooks under nbval
+
+
+def summary_counts(output: str) -> dict[str, int]:
+    """pytest's last line, e.g. '3 failed, 14 passed, 2 warnings in 20.1s' -> {'failed': 3,
+    'passed': 14} (warnings are not an outcome)."""
+    last = [line for line in output.splitlines() if line.strip()][-1]
+    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", last) if word not in ("warning", "warnings")}
+
+
+def code_cell_count(path: pathlib.Path) -> int:
+    """The code cells of a notebook: nbval runs one test per code cell."""
+    import nbformat  # only where notebooks are read
+
+    return sum(c.cell_type == "code" for c in nbformat.read(path, as_version=4).cells)
 
 
 # --------------------------------------------------------------------- sandboxes

@@ -34,7 +34,6 @@ import json
 import os
 import pathlib
 import pwd
-import re
 import secrets
 import shutil
 import signal
@@ -44,13 +43,12 @@ import typing as t
 from dataclasses import dataclass
 
 import httpx
-import nbformat
 import pytest
 import testrun
 from docblocks import readme_run_line
 from jupyter_client import BlockingKernelClient
-from support import (REPO, command, free_port, jupyter_answers, pid_alive, processes_of, real_uid, run_cell,
-                     sandbox_ids, sweep, wait_for)
+from support import (REPO, code_cell_count, command, free_port, jupyter_answers, pid_alive, processes_of, real_uid,
+                     run_cell, running_in, sandbox_ids, summary_counts, sweep, wait_for)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -191,22 +189,6 @@ NBVAL = (".venv/bin/pip install -q nbval && .venv/bin/python -m pytest -o addopt
          "--nbval notebooks/ --nbval-kernel-name sandbox --nbval-sanitize-with notebooks/nbval_sanitize.cfg")
 
 
-def nbval_counts(output: str) -> dict[str, int]:
-    """pytest's last line, e.g. '3 failed, 14 passed in 20.1s' -> {'failed': 3, 'passed': 14}."""
-    last = [line for line in output.splitlines() if line.strip()][-1]
-    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", last) if word not in ("warning", "warnings")}
-
-
-def code_cell_count(path: pathlib.Path) -> int:
-    return sum(c.cell_type == "code" for c in nbformat.read(path, as_version=4).cells)
-
-
-def running_in(state: pathlib.Path) -> list[str]:
-    """The sandboxes of a state directory that are running, as their supervisors say."""
-    return [d.name for d in (state / "sandboxes").glob("*")
-            if (d / "state.json").exists() and json.loads((d / "state.json").read_text()).get("state") == "running"]
-
-
 def test_readme_first_day_from_a_fresh_clone(newcomer: Newcomer, tmp_path: pathlib.Path,
                                             request: pytest.FixtureRequest):
     who = newcomer
@@ -249,7 +231,7 @@ def test_readme_first_day_from_a_fresh_clone(newcomer: Newcomer, tmp_path: pathl
         ran = who.run(NBVAL, timeout=1200)
         assert ran.returncode == 0, f"a notebook failed with README's install:\n{ran.stdout[-6000:]}\n" \
                                     f"{ran.stderr[-3000:]}"
-        counts = nbval_counts(ran.stdout)
+        counts = summary_counts(ran.stdout)
         assert counts.get("passed") == sum(map(code_cell_count, notebooks)), ran.stdout[-3000:]  # every cell ran
         assert set(counts) == {"passed"}, ran.stdout[-3000:]
         # nbval killed its kernels: the embedded server ended their sandboxes by itself.

@@ -228,17 +228,11 @@ def test_two_users_kernels_on_the_embedded_default(users, user_venv, sandbox_ser
         assert probe.returncode != 0 and "PermissionError" in probe.stderr, probe
         # Shut-down kernels left no sandbox running (the warm pool's may still be starting).
         for user in users:
-            live = running_in(states[user])
+            live = support.running_in(states[user])
             assert not live, (user, live)
     finally:
         for user in users:
             stop_users_server(states[user])
-
-
-def running_in(state: pathlib.Path) -> list[str]:
-    """The sandboxes of a user's state directory that are running, as their supervisors say."""
-    return [d.name for d in (state / "sandboxes").iterdir()
-            if (d / "state.json").exists() and json.loads((d / "state.json").read_text()).get("state") == "running"]
 
 
 def stop_users_server(state: pathlib.Path) -> None:

@@ -130,12 +130,6 @@ def report(proc: subprocess.CompletedProcess[str]) -> str:
     return f"nbval exited with {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-5000:]}"
 
 
-def summary_counts(output: str) -> dict[str, int]:
-    """pytest's last line, e.g. '3 failed, 14 passed in 20.1s' -> {'failed': 3, 'passed': 14}."""
-    last = [line for line in output.splitlines() if line.strip()][-1]
-    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", last)}
-
-
 def failed_cells(output: str) -> set[int]:
     """The cells in pytest's FAILED summary lines (for a run over a single notebook: a
     notebook outside the rootdir gets an empty node path, '::Cell 3')."""
@@ -147,10 +141,6 @@ def code_cell_index(path: pathlib.Path, needle: str) -> int:
     cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     (index,) = [i for i, c in enumerate(cells) if needle in c.source]
     return index
-
-
-def code_cell_count(path: pathlib.Path) -> int:
-    return sum(c.cell_type == "code" for c in nbformat.read(path, as_version=4).cells)
 
 
 def running_sandboxes(embedded: EmbeddedDefault) -> list[str]:
@@ -189,8 +179,8 @@ def test_notebooks_pass_nbval(embedded: EmbeddedDefault) -> None:
     log = (embedded.state_dir / "server.log").read_text(errors="replace")
     assert log.count("--- started by kernel pid") == 1, log[-3000:]
     leftover = left_running(embedded)
-    counts = summary_counts(proc.stdout)
-    assert counts.get("passed") == sum(map(code_cell_count, notebooks)), report(proc)  # every cell ran
+    counts = support.summary_counts(proc.stdout)
+    assert counts.get("passed") == sum(map(support.code_cell_count, notebooks)), report(proc)  # every cell ran
     assert not {"failed", "error", "errors", "skipped", "xfailed", "xpassed"} & set(counts), report(proc)
     assert leftover == [], f"sandboxes left running by the notebooks: {leftover}"
     print(f"nbval over {len(notebooks)} notebooks: {elapsed:.1f} s")
@@ -243,7 +233,7 @@ def test_changed_answer_fails_validation(
     assert push_cell not in failed and min(failed) >= push_cell + 1, report(proc)
     assert "Cell outputs differ" in proc.stdout, report(proc)
     assert new_figure in proc.stdout, report(proc)
-    assert summary_counts(proc.stdout)["passed"] >= push_cell + 1, report(proc)
+    assert support.summary_counts(proc.stdout)["passed"] >= push_cell + 1, report(proc)
     if change is _change_formula:
         # The host's own recomputation rejects the sandbox's answer as well.
         host_cell = code_cell_index(workdir / CTR_NOTEBOOK, "%%host\nimport csv")
