@@ -24,6 +24,8 @@ from support import (
 )
 from svc_support import api_error
 
+from sandbox.images.images import DEFAULT_PRELOAD
+
 
 def ts(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -77,7 +79,7 @@ def test_a_cold_sandboxs_ttl_counts_from_when_it_is_ready(new_sandbox):
     assert ts(created["expires_at"]) - ts(created["created_at"]) > timedelta(seconds=600), created
 
 
-PRELOADED = "import sys; sorted(m for m in ('numpy', 'pandas', 'matplotlib.pyplot') if m in sys.modules)"
+PRELOADED = f"import sys; sorted(m for m in {tuple(DEFAULT_PRELOAD)!r} if m in sys.modules)"
 
 
 def claim_warm(client) -> dict:
