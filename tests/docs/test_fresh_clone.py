@@ -1,6 +1,6 @@
 """A newcomer's first day, from a fresh clone and README only, leaves nothing running.
 
-What this adds to the suites that run the pieces (the notebooks under nbval as root,
+What this adds to the suites that run the pieces (notebooks 01 and 02 under nbval as root,
 tests/notebooks; `lab` stopping its server with
 the images mounted as root, tests/kernel/test_server_lifecycle.py; every documented snippet,
 test_documented_snippets.py): README's own run line, as written, on a `git clone` of this
@@ -18,7 +18,7 @@ and a plain test of what is left: any process of that uid at all).
 3. One cell through a kernel that JupyterLab started; it starts the embedded server.
 4. Every notebook in notebooks/ passes nbval (README, Notebooks) as this ordinary user runs
    it, with the clone's venv: README's extras plus nbval, nothing else the notebooks could
-   use. The stored outputs are the root mode's (tests/notebooks checks them as root); the
+   use. The stored outputs are the root mode's (tests/notebooks checks 01 and 02 as root); the
    cells whose facts depend on the mode print the same in both (notebook 02's memory bomb)
    or are masked where %sandbox names the mode (notebooks/nbval_sanitize.cfg). nbval kills
    its kernels: afterwards none of their sandboxes may still run.
