@@ -100,11 +100,12 @@ def test_fuzzed_requests_never_get_a_5xx_and_the_server_keeps_serving(sandbox_se
 
     for result in schema.get_all_operations():
         operation = result.ok()
-        if (operation.method.upper(), operation.path) in SKIP:
+        key = (operation.method.upper(), operation.path)
+        if key in SKIP:
             continue
-        if isolation != "bwrap" and not reaches_a_sandbox(operation.method.upper(), operation.path):
+        if isolation != "bwrap" and not reaches_a_sandbox(*key):
             continue
-        examples = EXAMPLES_CREATE if (operation.method.upper(), operation.path) in BOOTS else EXAMPLES
+        examples = EXAMPLES_CREATE if key in BOOTS else EXAMPLES
         for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
             fuzz(operation, mode, examples)
 
