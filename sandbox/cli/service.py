@@ -175,7 +175,8 @@ def _register_gateway(sub) -> None:
     gw.add_argument("--node", action="append", metavar="URL", help="a node server's URL (repeatable)")
     gw.add_argument("--dns-name", help="find nodes as the A/AAAA records of this name (a headless Service)")
     gw.add_argument("--dns-port", type=int, help="the nodes' port for --dns-name (default 8765)")
-    gw.add_argument("--dns-server", metavar="IP[:PORT]", help="resolver for --dns-name (default: the system's)")
+    gw.add_argument("--dns-server", metavar="IP[:PORT]",
+                    help="resolver for --dns-name and for host names in --node URLs (default: the system's)")
     gw.add_argument("--refresh-seconds", type=float, help="discovery and node info refresh (default 2)")
     gw.add_argument("--node-timeout-seconds", type=float, help="connect and /v1/info timeout per node (default 3)")
     gw.add_argument("--node-gone-seconds", type=float,

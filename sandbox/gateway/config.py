@@ -19,7 +19,8 @@ class GatewayConfig(Configurable):
     dns_name = Unicode("", help="DNS discovery: a name whose A/AAAA records are the nodes "
                        "(a Kubernetes headless Service).").tag(config=True)
     dns_port = Int(8765, help="The nodes' port, for addresses found by DNS.").tag(config=True)
-    dns_server = Unicode("", help="Resolver to ask, IP or IP:PORT (default: the system's).").tag(config=True)
+    dns_server = Unicode("", help="Resolver to ask, IP or IP:PORT, for --dns-name and for host names in --node "
+                         "URLs (default: the system's).").tag(config=True)
 
     refresh_seconds = Float(2.0, help="How often discovery and every node's /v1/info are refreshed.").tag(config=True)
     node_timeout_seconds = Float(3.0, help="Connect timeout to a node, and the time its /v1/info may take.").tag(config=True)

@@ -1,10 +1,15 @@
 """A node's identity as the gateway holds it: the token goes only to an address that proved
 it is a node (``sandbox/service/nodeproof.py``), and a node id belongs to one address at a time.
 
+The address is the peer the gateway connects to (``discovery.Target.peer``), the one its
+node client is pinned to (``pinned.py``), never the set of addresses the URL's host name
+resolves to: a relay at another address of the same name forwards the challenge to the real
+node and gets back a proof that names the real node's address, not the relay's.
+
 * ``ProvenBearer``: the node client's auth. It adds the node token to a request only once the
   address has proved itself; before that (and again after the node was down, when the address
   may belong to something else by now) requests go without it.
-* ``prove``: the challenge and its check.
+* ``prove``: the challenge and its check against the one peer connected to.
 * ``Claims``: node id -> the address that holds it. Another address claiming an id whose holder
   still answers is refused and reported (a node that came back at a new address, its old one
   down or gone, takes its id over).
@@ -12,11 +17,8 @@ it is a node (``sandbox/service/nodeproof.py``), and a node id belongs to one ad
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-import socket
-import urllib.parse
 
 import httpx
 
@@ -36,24 +38,14 @@ class ProvenBearer(httpx.Auth):
         yield request
 
 
-async def addresses_of(url: str) -> set[str]:
-    """The spellings a node at ``url`` may report as its local address."""
-    parts = urllib.parse.urlsplit(url)
-    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError:
-        infos = []
-    return {nodeproof.address_text(host, port)} | {nodeproof.address_text(i[4][0], port) for i in infos}
-
-
 # Why a node that answers cannot be used, when it says it has no node id: the misconfiguration
 # a gateway sees most, named as such in /v1/nodes and in a create's 503.
 NO_NODE_ID = "answers, but has no node id: start it with `sandbox-kernel serve --node-id NAME`"
 
 
-async def prove(client: httpx.AsyncClient, url: str, token: str, timeout: float) -> tuple[str | None, str]:
-    """(the node id it proved, "") or (None, why not). Sends no token."""
+async def prove(client: httpx.AsyncClient, peer: str, token: str, timeout: float) -> tuple[str | None, str]:
+    """(the node id it proved, "") or (None, why not). Sends no token. ``client`` connects
+    only to ``peer``, and the proof must name exactly that address."""
     challenge = secrets.token_hex(32)
     try:
         r = await client.get("/v1/node/proof", params={"challenge": challenge}, timeout=timeout)
@@ -65,7 +57,7 @@ async def prove(client: httpx.AsyncClient, url: str, token: str, timeout: float)
     answer = answer if r.status_code == 200 else None
     if not isinstance(answer, dict):
         return None, f"did not prove it is a node (/v1/node/proof answered HTTP {r.status_code})"
-    why = nodeproof.verify(token, challenge, answer, await addresses_of(url))
+    why = nodeproof.verify(token, challenge, answer, peer)
     if why:
         return None, f"did not prove it is a node: {why}"
     return answer["node_id"], ""

@@ -1,6 +1,12 @@
 """The nodes a gateway knows: discovered addresses, each node's own ``/v1/info``, and the
 map from node id to address that routes every sandbox call.
 
+A candidate node is a discovery target (``discovery.Target``): a URL and the one address the
+gateway connects to for it. It proves itself at that address before the node token goes
+there, and every later call for it, the gateway's own (``pinned.py``) and the relayed ones
+(``pool.NodeUpstream``), goes to that same address; a host name with several addresses is
+several candidates, each proving itself.
+
 Everything here is soft state, rebuilt from discovery and the nodes every few seconds, so a
 restarted gateway relearns it and two gateways never need to agree. A node that stops
 answering (or leaves discovery) is first *unavailable* (503: it may be restarting), and
@@ -21,6 +27,8 @@ from ..common.ids import node_of
 from ..runtime import vocabulary as V
 from . import identity
 from .config import GatewayConfig
+from .discovery import Target
+from .pinned import pinned_client
 from .pool import NodeUpstream
 
 log = logging.getLogger("sandbox.gateway.nodes")
@@ -31,7 +39,7 @@ NODE_GONE, NODE_UNAVAILABLE = V.NODE_GONE, V.NODE_UNAVAILABLE
 
 @dataclass
 class Node:
-    address: str
+    target: Target              # the URL and the one address every connection for it goes to
     client: httpx.AsyncClient   # the gateway's own calls: /v1/info, create, list, drain
     upstream: NodeUpstream      # calls on a sandbox, relayed as they are (sandbox/gateway/relay.py)
     node_id: str | None = None
@@ -49,6 +57,11 @@ class Node:
     calls: set = field(default_factory=set)
     # Adds the node token to the gateway's own calls once the address proved it is the node.
     bearer: identity.ProvenBearer | None = None
+
+    @property
+    def address(self) -> str:
+        """The gateway's name for it: its key in the table, its logs and ``GET /v1/nodes``."""
+        return self.target.label
 
     @property
     def draining(self) -> bool:
@@ -74,7 +87,7 @@ class Node:
         if self.up and self.draining:
             state = V.NODE_DRAINING
         return {
-            "node_id": self.node_id, "address": self.address, "state": state,
+            "node_id": self.node_id, "address": self.address, "peer": self.target.peer, "state": state,
             "draining": self.draining, "capacity": self.info.get("capacity"), "pool": self.info.get("pool"),
             "version": self.info.get("version"),
             "seconds_since_answer": None if self.answered_at is None else round(now - self.answered_at, 1),
@@ -94,28 +107,32 @@ class NodeTable:
         self.claims = identity.Claims()
 
     # ----------------------------------------------------------------- refresh
-    def _node(self, address: str) -> Node:
-        """The token goes only with calls to an address that proved it is the node."""
+    def _node(self, target: Target) -> Node:
+        """The token goes only with calls to an address that proved it is the node, and
+        both clients connect to that address alone."""
         bearer = identity.ProvenBearer(self.config.node_token)
         timeout = httpx.Timeout(120.0, connect=self.config.node_timeout_seconds)
-        client = httpx.AsyncClient(base_url=address, timeout=timeout, limits=self.limits, auth=bearer)
-        return Node(address, client, self._upstream(address), bearer=bearer)
+        client = pinned_client(target, timeout=timeout, limits=self.limits, auth=bearer)
+        return Node(target, client, self._upstream(target), bearer=bearer)
 
-    def _upstream(self, address: str) -> NodeUpstream:
-        return NodeUpstream(address, self.config.node_token, self.config.node_timeout_seconds,
+    def _upstream(self, target: Target) -> NodeUpstream:
+        return NodeUpstream(target, self.config.node_token, self.config.node_timeout_seconds,
                             max_idle=self.limits.max_keepalive_connections)
 
     async def refresh(self) -> None:
         try:
-            addresses = await self.source.addresses()
+            targets = await self.source.addresses()
         except Exception as exc:  # a discovery bug must not stop routing to the nodes we know
             log.warning("node discovery failed: %s", exc)
-            addresses = [a for a, n in self.nodes.items() if n.departed_at is None]
+            targets = [n.target for n in self.nodes.values() if n.departed_at is None]
         now = time.monotonic()
-        for address in addresses:
+        addresses = set()
+        for target in targets:
+            address = target.label
+            addresses.add(address)
             node = self.nodes.get(address)
             if node is None:
-                self.nodes[address] = self._node(address)
+                self.nodes[address] = self._node(target)
                 log.info("discovered node address %s", address)
             else:
                 node.departed_at = None
@@ -163,7 +180,7 @@ class NodeTable:
 
     async def _prove(self, node: Node) -> bool:
         """The address proves it is a node and holds its id alone; else it is down, with why."""
-        node_id, why = await identity.prove(node.client, node.address, self.config.node_token,
+        node_id, why = await identity.prove(node.client, node.target.peer, self.config.node_token,
                                             self.config.node_timeout_seconds)
         why = why or self.claims.claim(node_id, node.address, self._answers)
         if why:

@@ -19,6 +19,7 @@ import typing as t
 
 import httptools
 
+from .discovery import Target
 from .sides import AnswerSink
 
 # Request headers a node gets from the client; the relay writes Host, Authorization (the
@@ -149,14 +150,15 @@ class Pool:
 
 
 class NodeUpstream:
-    """A node server: its address, the head every relayed request gets (the node's token in
-    place of the client's), and its pool."""
+    """A node server: the one address it proved itself at (``discovery.Target``: connections
+    go there, never to another address of its URL's host name), the head every relayed
+    request gets (its URL's Host, the node's token in place of the client's), and its pool."""
 
-    def __init__(self, address: str, token: str, connect_timeout: float, *, max_idle: int = 200):
+    def __init__(self, target: Target, token: str, connect_timeout: float, *, max_idle: int = 200):
         import httpx  # only for parsing the address as the gateway's other calls do
 
-        url = httpx.URL(address)
-        self.host, self.port = url.host, url.port or 80
+        url = httpx.URL(target.url)
+        self.host, self.port = target.ip, target.port
         self.connect_timeout = connect_timeout
         self.fixed_head = f"host: {url.netloc.decode()}\r\nauthorization: Bearer {token}\r\n".encode()
         self.pool = Pool(max_idle)

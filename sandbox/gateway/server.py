@@ -26,7 +26,7 @@ import uvloop
 from ..common.processes import pid_alive
 from .app import build_gateway_app
 from .config import GatewayConfig
-from .discovery import DnsNodes, StaticNodes, split_host_port
+from .discovery import DnsLookup, DnsNodes, StaticNodes, SystemLookup, split_host_port
 from .nodes import NodeTable
 from .pool import APP_KEEP_ALIVE_SECONDS
 from .relay import Relay
@@ -61,12 +61,15 @@ def remove_stale_private_dirs(tmp: str | None = None) -> list[str]:
 def node_source(config: GatewayConfig):
     if config.nodes and config.dns_name:
         raise ValueError("give either --node URLs or --dns-name, not both")
+    if config.dns_server:
+        split_host_port(config.dns_server)  # ValueError with the text at fault
     if config.dns_name:
-        if config.dns_server:
-            split_host_port(config.dns_server)  # ValueError with the text at fault
         return DnsNodes(config.dns_name, config.dns_port, config.dns_server, timeout=config.node_timeout_seconds)
     if config.nodes:
-        return StaticNodes(list(config.nodes))
+        # Host names in the URLs: resolved by --dns-server when given, else by the system.
+        lookup = (DnsLookup(config.dns_server, config.node_timeout_seconds) if config.dns_server
+                  else SystemLookup(config.node_timeout_seconds))
+        return StaticNodes(list(config.nodes), lookup)
     raise ValueError("no nodes: give --node URL (repeatable) or --dns-name NAME")
 
 

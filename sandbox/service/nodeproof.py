@@ -6,9 +6,11 @@ A gateway discovers addresses (a static list, DNS records): anything can answer 
 token anywhere, the gateway asks ``GET /v1/node/proof?challenge=C`` (no token) and the node
 answers with its id, the local address the request reached (the socket's, which a relay in
 between cannot choose) and ``HMAC-SHA256(token, C | node id | address)``. The gateway checks
-the HMAC with its copy of the token, and the address against the one it connected to: only a
-holder of the token, answering at that address, passes. A relay that forwards the challenge to
-the real node gets a proof for the real node's address, not its own.
+the HMAC with its copy of the token, and the address against the one peer it connected to
+(exactly that one, not any address the node's host name resolves to: a name may have a relay
+among its records): only a holder of the token, answering at that address, passes. A relay
+that forwards the challenge to the real node gets a proof for the real node's address, not
+its own.
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ def address_text(host: str, port: int) -> str:
     return f"[{ip.compressed}]:{port}" if ip.version == 6 else f"{ip}:{port}"
 
 
-def verify(token: str, challenge: str, answer: dict, addresses: set[str]) -> str | None:
-    """None when ``answer`` proves it is a node reached at one of ``addresses``; else why not."""
+def verify(token: str, challenge: str, answer: dict, peer: str) -> str | None:
+    """None when ``answer`` proves it is a node reached at ``peer`` (``address_text``), the
+    address the asker connected to; else why not."""
     node_id, address, given = answer.get("node_id"), answer.get("address"), answer.get("proof")
     if not all(isinstance(v, str) and v for v in (node_id, address, given)):
         return "its proof answer lacks node_id, address or proof"
-    if address not in addresses:
-        return f"it proved to be reached at {address}, not at {', '.join(sorted(addresses))}"
+    if address != peer:
+        return f"it proved to be reached at {address}, not at {peer}, the address connected to"
     if not hmac.compare_digest(given, proof(token, challenge, node_id, address)):
         return "its proof does not match the node token"
     return None
