@@ -19,6 +19,7 @@ import pytest
 import support
 from sandbox import Sandbox, SandboxGone
 from sandbox.gateway.discovery import DnsNodes
+from dns_zone import Zone
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -273,52 +274,19 @@ def test_a_node_that_stops_answering_is_unavailable_then_gone(gateway, node):
         c.delete(f"/v1/sandboxes/{sandbox_id}")
 
 
-class Zone:
-    """A DNS server the test runs (dnslib) on loopback: A and AAAA records for one name."""
-
-    def __init__(self):
-        from dnslib import AAAA, QTYPE, RR, A
-        from dnslib.server import BaseResolver, DNSServer
-
-        zone = self
-        self.a: list[str] = []
-        self.aaaa: list[str] = []
-
-        class Resolver(BaseResolver):
-            def resolve(self, request, handler):
-                reply = request.reply()
-                name = str(request.q.qname).rstrip(".")
-                if name != "nodes.test":
-                    reply.header.rcode = 3  # NXDOMAIN
-                elif request.q.qtype == QTYPE.A:
-                    for ip in zone.a:
-                        reply.add_answer(RR(request.q.qname, QTYPE.A, rdata=A(ip), ttl=1))
-                elif request.q.qtype == QTYPE.AAAA:
-                    for ip in zone.aaaa:
-                        reply.add_answer(RR(request.q.qname, QTYPE.AAAA, rdata=AAAA(ip), ttl=1))
-                return reply
-
-        self.port = support.free_port()
-        self.server = DNSServer(Resolver(), port=self.port, address="127.0.0.1")
-        self.server.start_thread()
-
-    def close(self):
-        self.server.stop()
-
-
 def test_dns_discovery_reads_a_and_aaaa_records():
     zone = Zone()
     try:
         async def lookups():
-            nodes = DnsNodes("nodes.test", 8765, f"127.0.0.1:{zone.port}", timeout=2)
-            zone.a, zone.aaaa = ["10.0.0.2", "10.0.0.1"], ["fd00::5"]
+            nodes = DnsNodes("nodes.test", 8765, zone.server_arg, timeout=2)
+            zone.records["nodes.test"] = ["10.0.0.2", "10.0.0.1", "fd00::5"]
             first = await nodes.addresses()
-            zone.a, zone.aaaa = ["10.0.0.1"], []
+            zone.records["nodes.test"] = ["10.0.0.1"]
             second = await nodes.addresses()
             zone.close()  # the resolver goes away: the last answer stands
             third = await nodes.addresses()
             missing = await DnsNodes("other.test", 8765, f"127.0.0.1:{support.free_port()}", timeout=0.5).addresses()
-            return first, second, third, missing
+            return [[t.url for t in found] for found in (first, second, third, missing)]
 
         first, second, third, missing = asyncio.run(lookups())
         assert first == ["http://10.0.0.1:8765", "http://10.0.0.2:8765", "http://[fd00::5]:8765"]

@@ -29,6 +29,7 @@ import pytest
 
 import support
 import netns_hosts as hosts
+from dns_zone import Zone
 from gateway_cluster import Cluster, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -210,40 +211,13 @@ def test_the_kernel_works_through_a_gateway(cluster: Cluster):
         km.shutdown_kernel(now=False)
 
 
-class Zone:
-    """A DNS server the test controls (dnslib), answering A records for one name."""
-
-    def __init__(self, name: str, address: str):
-        from dnslib import QTYPE, RR, A
-        from dnslib.server import BaseResolver, DNSServer
-
-        self.name = name
-        self.records: list[str] = []
-        zone = self
-
-        class Resolver(BaseResolver):
-            def resolve(self, request, handler):
-                reply = request.reply()
-                if str(request.q.qname).rstrip(".") == zone.name and request.q.qtype == QTYPE.A:
-                    for ip in list(zone.records):
-                        reply.add_answer(RR(request.q.qname, QTYPE.A, rdata=A(ip), ttl=1))
-                return reply
-
-        self.port = support.free_port()
-        self.server = DNSServer(Resolver(), port=self.port, address=address)
-        self.server.start_thread()
-
-    def close(self) -> None:
-        self.server.stop()
-
-
 def test_dns_discovery_follows_the_records(cluster: Cluster, sixty: dict):
-    zone = Zone("nodes.sandbox.test", cluster.net.gateway_address)
+    zone = Zone(cluster.net.gateway_address)
     node1, node2, node3 = cluster.nodes
-    zone.records = [node1.host.address]
+    zone.records["nodes.sandbox.test"] = [node1.host.address]
     try:
         gw = cluster.add_gateway("gw3", "--dns-name", "nodes.sandbox.test",
-                                 "--dns-server", f"{cluster.net.gateway_address}:{zone.port}", *GATEWAY_ARGS)
+                                 "--dns-server", zone.server_arg, *GATEWAY_ARGS)
         with gw.client() as g:
             def states() -> dict:
                 return {n["node_id"]: (n["state"], n["in_discovery"]) for n in g.get("/v1/nodes").json()["nodes"]}
@@ -253,12 +227,12 @@ def test_dns_discovery_follows_the_records(cluster: Cluster, sixty: dict):
             assert node_of(sbx["id"]) == "node1"
             g.delete(f"/v1/sandboxes/{sbx['id']}")
 
-            zone.records = [node1.host.address, node3.host.address]
+            zone.records["nodes.sandbox.test"] = [node1.host.address, node3.host.address]
             assert wait_for(lambda: states() == {"node1": ("up", True), "node3": ("up", True)}, 20), states()
             on_node3 = next(i for i in sixty if node_of(i) == "node3")
             assert printed(g, on_node3, "print(x)") == f"{sixty[on_node3]}\n"
 
-            zone.records = [node1.host.address]
+            zone.records["nodes.sandbox.test"] = [node1.host.address]
             assert wait_for(lambda: states().get("node3") == ("down", False), 20), states()
             r = g.get(f"/v1/sandboxes/{on_node3}")
             assert r.status_code == 503, r.text  # left discovery, not yet long enough to be gone
