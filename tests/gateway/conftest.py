@@ -19,15 +19,17 @@ import support
 class GatewayProcess:
     """``python -m sandbox gateway`` on a free loopback port."""
 
-    def __init__(self, token: str, log_path: pathlib.Path, *args: str):
+    def __init__(self, token: str, log_path: pathlib.Path, *args: str, launcher: t.Sequence[str] = ()):
         self.token, self.log_path, self.args = token, log_path, list(args)
+        # What runs ``sandbox``: ``python -m sandbox``, or a control's variant of it.
+        self.launcher = list(launcher) or [sys.executable, "-m", "sandbox"]
         self.port = support.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "GatewayProcess":
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "sandbox", "gateway", "--port", str(self.port), *self.args],
+            self.proc = subprocess.Popen([*self.launcher, "gateway", "--port", str(self.port), *self.args],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env=support.server_env(self.token), cwd=str(support.REPO), start_new_session=True)
         deadline = time.monotonic() + 60
@@ -100,11 +102,12 @@ def new_gateway(node: support.Server) -> t.Iterator[t.Callable[..., GatewayProce
 
 @pytest.fixture
 def gateway_to(tmp_path: pathlib.Path) -> t.Iterator[t.Callable[..., GatewayProcess]]:
-    """gateway_to(token, *args) -> a started gateway with these arguments, stopped afterwards."""
+    """gateway_to(token, *args, launcher=()) -> a started gateway with these arguments, stopped
+    afterwards."""
     made: list[GatewayProcess] = []
 
-    def start(token: str, *args: str) -> GatewayProcess:
-        made.append(GatewayProcess(token, tmp_path / f"gateway-{len(made)}.log", *args))
+    def start(token: str, *args: str, launcher: t.Sequence[str] = ()) -> GatewayProcess:
+        made.append(GatewayProcess(token, tmp_path / f"gateway-{len(made)}.log", *args, launcher=launcher))
         return made[-1].start()
 
     yield start

@@ -4,21 +4,30 @@ relays the proof challenge to the real node, and one that holds the node token i
 receives the token or a call (the relayed proof names the real node's address; the token
 holder's claim is a duplicate, refused and reported), and every call goes to the real node.
 Control: the same recording server with an id of its own and the token does prove itself and
-does receive the token, so the probe sees a token when one is sent."""
+does receive the token, so the probe sees a token when one is sent.
+
+And a relay at a second address of the node's host name (a DNS server the test runs gives the
+name 127.0.0.1 and 127.0.0.2): a candidate node of its own, refused, never sent the token;
+control, the check loosened back to any address of the name."""
 
 from __future__ import annotations
 
 import http.server
 import json
+import socket
+import subprocess
+import sys
 import threading
+import types
 import urllib.parse
 
 import httpx
 import pytest
 
 import support
+from dns_zone import Zone
+from node_proof_probe import Recording, loosened_gateway
 from sandbox.service import nodeproof
-
 
 
 class Impostor:
@@ -123,3 +132,80 @@ def test_an_impostor_never_gets_the_token_nor_a_call(node, mode, new_gateway):
         assert mode != "token" or "refused: " + impostor.url in gw.log_path.read_text()
     finally:
         impostor.close()
+
+
+NAME = "loop1.proof.test"
+PROBE = support.REPO / "tests" / "node_proof_probe.py"
+
+
+@pytest.fixture
+def relay_on_a_second_address(node, tmp_path):
+    """The probe's relay on 127.0.0.2 at the node's port, passing everything on to the node
+    (127.0.0.1), and a DNS server that gives the node's host name both addresses."""
+    port = httpx.URL(node.url).port
+    record = tmp_path / "relay.jsonl"
+    with open(tmp_path / "relay.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, str(PROBE), "127.0.0.2", str(port), node.url, str(record)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    zone = Zone()
+    try:
+        assert support.wait_for(lambda: _listening("127.0.0.2", port), 20), (tmp_path / "relay.log").read_text()
+        yield types.SimpleNamespace(recording=Recording(record), zone=zone, url=f"http://{NAME}:{port}",
+                                    node_peer=f"127.0.0.1:{port}", relay_peer=f"127.0.0.2:{port}")
+    finally:
+        zone.close()
+        proc.kill()
+        proc.wait(10)
+
+
+def _listening(address: str, port: int) -> bool:
+    try:
+        socket.create_connection((address, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("check", ["exact-peer", "control-any-address-of-the-name"])
+def test_a_relay_at_another_address_of_the_nodes_name_never_gets_the_token(node, gateway_to, relay_on_a_second_address,
+                                                                           check):
+    """``--node http://NAME:PORT`` where NAME has two addresses: the node's and a relay's. Each
+    is a candidate node; the relay's passes on the real node's proof, which names the real
+    node's address, and is refused; it never sees the token. Control: with the check loosened
+    back to any address of the name, the relay, asked first, gets the token."""
+    relay = relay_on_a_second_address
+    relay.zone.records[NAME] = ["127.0.0.2"]  # asked first: the name's only address when the gateway starts
+    args = ("--node", relay.url, "--dns-server", relay.zone.server_arg, "--refresh-seconds", "0.3")
+    if check.startswith("control"):
+        gw = gateway_to(node.token, *args, launcher=loosened_gateway(sys.executable, [relay.node_peer, relay.relay_peer]))
+        assert support.wait_for(lambda: relay.recording.with_token(node.token), 30), relay.recording.requests()
+        return
+    gw = gateway_to(node.token, *args)
+
+    def by_peer() -> dict[str, dict]:
+        with gw.client() as c:
+            return {n["peer"]: n for n in c.get("/v1/nodes").json()["nodes"]}
+
+    # Until the relay's candidate is refused, or it has the token (what a loosened check gives it).
+    support.wait_for(lambda: relay.recording.with_token(node.token)
+                     or "proved to be reached at" in (by_peer().get(relay.relay_peer, {}).get("error") or ""), 30)
+    assert relay.recording.with_token(node.token) == []
+    assert "proved to be reached at" in (by_peer().get(relay.relay_peer, {}).get("error") or ""), by_peer()
+    relay.zone.records[NAME] = ["127.0.0.2", "127.0.0.1"]
+    assert support.wait_for(lambda: by_peer().get(relay.node_peer, {}).get("state") == "up", 30), by_peer()
+    asked = relay.recording.proofs_asked()
+    assert support.wait_for(lambda: relay.recording.proofs_asked() >= asked + 2, 30)  # asked again, refused again
+    seen = by_peer()
+    assert seen[relay.node_peer]["node_id"] == "loop1" and seen[relay.relay_peer]["node_id"] is None, seen
+    assert f"reached at {relay.node_peer}, not at {relay.relay_peer}" in seen[relay.relay_peer]["error"], seen
+    with gw.client(timeout=httpx.Timeout(300, connect=5)) as c:  # the real node, reached through its name
+        created = c.post("/v1/sandboxes", json={})
+        assert created.status_code == 201, created.text
+        sid = created.json()["id"]
+        try:
+            assert "42" in support.stream_text(support.ok(support.execute(c, sid, "print(6 * 7)")))
+        finally:
+            assert c.delete(f"/v1/sandboxes/{sid}").status_code == 200
+    assert relay.recording.requests() and relay.recording.with_token(node.token) == []
+    assert relay.recording.paths() == {"/v1/node/proof"}, relay.recording.requests()

@@ -126,11 +126,11 @@ def test_a_node_proof_holds_only_for_the_token_and_the_address():
 
     challenge, token = "ab" * 16, "node-token"
     answer = {"node_id": "n1", "address": "10.0.0.5:8765", "proof": nodeproof.proof(token, challenge, "n1", "10.0.0.5:8765")}
-    assert nodeproof.verify(token, challenge, answer, {"10.0.0.5:8765"}) is None
-    assert "does not match" in nodeproof.verify("another-token", challenge, answer, {"10.0.0.5:8765"})
-    assert "does not match" in nodeproof.verify(token, "cd" * 16, answer, {"10.0.0.5:8765"})  # an old challenge
-    assert "reached at 10.0.0.5:8765" in nodeproof.verify(token, challenge, answer, {"10.0.0.9:8765"})  # a relay
-    assert "does not match" in nodeproof.verify(token, challenge, {**answer, "node_id": "n2"}, {"10.0.0.5:8765"})
+    assert nodeproof.verify(token, challenge, answer, "10.0.0.5:8765") is None
+    assert "does not match" in nodeproof.verify("another-token", challenge, answer, "10.0.0.5:8765")
+    assert "does not match" in nodeproof.verify(token, "cd" * 16, answer, "10.0.0.5:8765")  # an old challenge
+    assert "reached at 10.0.0.5:8765" in nodeproof.verify(token, challenge, answer, "10.0.0.9:8765")  # a relay
+    assert "does not match" in nodeproof.verify(token, challenge, {**answer, "node_id": "n2"}, "10.0.0.5:8765")
     assert nodeproof.address_text("::1", 80) == "[::1]:80"
 
 
@@ -144,3 +144,91 @@ def test_a_node_id_is_held_by_one_address_at_a_time():
     there["a"] = False  # the holder is down: a node back at a new address takes its id
     assert claims.claim("n1", "b", there.get) == "" and claims.holder_of("b") == "n1"
     assert claims.claim("n2", "b", there.get) == "" and claims.holder["n2"] == "b" and "n1" not in claims.holder
+
+
+def test_a_host_name_with_several_addresses_is_several_candidate_nodes():
+    import asyncio
+
+    from dns_zone import Zone
+    from sandbox.gateway.discovery import DnsLookup, StaticNodes
+
+    zone = Zone()
+    try:
+        async def lookups():
+            nodes = StaticNodes(["http://nodes.test:8765/", "http://10.0.0.9:8765"], DnsLookup(zone.server_arg, timeout=1))
+            zone.records["nodes.test"] = ["10.0.0.2", "10.0.0.1", "fd00::5"]
+            first = await nodes.addresses()
+            zone.records["nodes.test"] = ["10.0.0.1"]
+            second = await nodes.addresses()
+            zone.close()  # the resolver goes away: the last answer stands
+            third = await nodes.addresses()
+            return first, second, third
+
+        first, second, third = asyncio.run(lookups())
+    finally:
+        zone.close()
+    assert [(t.url, t.peer) for t in first] == [
+        ("http://nodes.test:8765", "10.0.0.1:8765"), ("http://nodes.test:8765", "10.0.0.2:8765"),
+        ("http://nodes.test:8765", "[fd00::5]:8765"), ("http://10.0.0.9:8765", "10.0.0.9:8765")]
+    assert [t.label for t in first[1:]] == ["http://nodes.test:8765 at 10.0.0.2:8765",
+                                            "http://nodes.test:8765 at [fd00::5]:8765", "http://10.0.0.9:8765"]
+    assert [t.peer for t in second] == ["10.0.0.1:8765", "10.0.0.9:8765"]
+    assert third == second
+
+
+def test_a_node_client_connects_only_to_its_address_and_keeps_the_nodes_name():
+    """Both ways the gateway talks to a node (its own calls, the relayed ones) go to the
+    target's IP whatever its URL's host name resolves to, with the name as the Host. Control:
+    a plain client given the same URL looks the name up (here it resolves nowhere)."""
+    import asyncio
+    import http.server
+    import threading
+
+    import httpx
+
+    from sandbox.gateway.discovery import Target
+    from sandbox.gateway.pinned import pinned_client
+    from sandbox.gateway.pool import NodeUpstream
+
+    hosts: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hosts.append(self.headers["host"])
+            self.send_response(200)
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    target = Target(f"http://node.invalid:{port}", "127.0.0.1", port)
+
+    async def calls():
+        timeout = httpx.Timeout(10)
+        async with pinned_client(target, timeout=timeout, limits=httpx.Limits()) as client:
+            answer = (await client.get("/v1/info")).text
+        async with httpx.AsyncClient(base_url=target.url, timeout=timeout) as plain:
+            try:
+                await plain.get("/v1/info")
+                plain_result = "reached"
+            except httpx.ConnectError as exc:
+                plain_result = type(exc).__name__
+        upstream = NodeUpstream(target, "node-token", 10)
+        conn = await upstream.connect()
+        peer = conn.transport.get_extra_info("peername")
+        conn.transport.close()
+        return answer, plain_result, peer, upstream.fixed_head
+
+    try:
+        answer, plain_result, peer, head = asyncio.run(calls())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answer == "ok" and hosts == [f"node.invalid:{port}"]
+    assert plain_result == "ConnectError"  # the control: the name alone reaches nothing
+    assert peer[:2] == ("127.0.0.1", port) and head.startswith(f"host: node.invalid:{port}\r\n".encode())

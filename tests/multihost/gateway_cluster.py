@@ -29,13 +29,16 @@ START_TIMEOUT = 120.0
 class Process:
     """A server on one host: started, health-checked over the network, killed."""
 
-    def __init__(self, host: Host, argv: list[str], url: str, log_path: pathlib.Path, token: str):
+    def __init__(self, host: Host, argv: list[str], url: str, log_path: pathlib.Path, token: str,
+                 launcher: t.Sequence[str] = ()):
         self.host, self.argv, self.url, self.log_path, self.token = host, argv, url, log_path, token
+        # What runs ``sandbox``: ``python -m sandbox``, or a control's variant of it.
+        self.launcher = list(launcher) or [sys.executable, "-m", "sandbox"]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
-            self.proc = self.host.popen([sys.executable, "-m", "sandbox", *self.argv], stdin=subprocess.DEVNULL,
+            self.proc = self.host.popen([*self.launcher, *self.argv], stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=subprocess.STDOUT, cwd=str(support.REPO),
                                         env=support.server_env(self.token))
         deadline = time.monotonic() + START_TIMEOUT
@@ -90,9 +93,10 @@ class Node(Process):
 
 
 class Gateway(Process):
-    def __init__(self, host: Host, token: str, log_dir: pathlib.Path, *args: str):
+    def __init__(self, host: Host, token: str, log_dir: pathlib.Path, *args: str, launcher: t.Sequence[str] = ()):
         super().__init__(host, ["gateway", "--host", host.address, "--port", str(GATEWAY_PORT), *args],
-                         f"http://{host.address}:{GATEWAY_PORT}", log_dir / f"gateway-{host.name}.log", token)
+                         f"http://{host.address}:{GATEWAY_PORT}", log_dir / f"gateway-{host.name}.log", token,
+                         launcher)
 
 
 class Cluster:
@@ -108,8 +112,8 @@ class Cluster:
         node.start()
         return node
 
-    def add_gateway(self, name: str, *args: str) -> Gateway:
-        gateway = Gateway(self.net.host(name), self.token, self.work, *args)
+    def add_gateway(self, name: str, *args: str, launcher: t.Sequence[str] = ()) -> Gateway:
+        gateway = Gateway(self.net.host(name), self.token, self.work, *args, launcher=launcher)
         self.gateways.append(gateway)
         gateway.start()
         return gateway
