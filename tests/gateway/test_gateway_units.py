@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import socket
 from types import SimpleNamespace
 
 import pytest
@@ -232,3 +233,58 @@ def test_a_node_client_connects_only_to_its_address_and_keeps_the_nodes_name():
     assert answer == "ok" and hosts == [f"node.invalid:{port}"]
     assert plain_result == "ConnectError"  # the control: the name alone reaches nothing
     assert peer[:2] == ("127.0.0.1", port) and head.startswith(f"host: node.invalid:{port}\r\n".encode())
+
+
+def test_a_pinned_node_client_over_tls_names_the_node_not_its_address(tmp_path):
+    """The TLS server name (SNI) a pinned client sends, and the name it checks the certificate
+    against, are the URL's host name, not the IP it connects to. (The test CA is not one the
+    client trusts, so the handshake ends there: the server has seen the name by then, and the
+    client's refusal is about the certificate's issuer, not its name.) Control: a client given
+    the IP itself sends no server name."""
+    import asyncio
+    import ssl
+    import threading
+
+    import httpx
+
+    from egress.apihost import NAMES, make_test_ca
+    from sandbox.gateway.discovery import Target
+    from sandbox.gateway.pinned import pinned_client
+
+    _, cert_path = make_test_ca(tmp_path)
+    names: list[str | None] = []
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_path)
+    context.sni_callback = lambda conn, name, ctx: names.append(name)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            try:
+                context.wrap_socket(conn, server_side=True)
+            except (ssl.SSLError, OSError):
+                pass
+            finally:
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def handshakes() -> list[str]:
+        errors = []
+        for target in (Target(f"https://{NAMES[0]}:{port}", "127.0.0.1", port),
+                       Target(f"https://127.0.0.1:{port}", "127.0.0.1", port)):
+            async with pinned_client(target, timeout=httpx.Timeout(10), limits=httpx.Limits()) as client:
+                try:
+                    await client.get("/v1/info")
+                except httpx.ConnectError as exc:
+                    errors.append(str(exc))
+        return errors
+
+    try:
+        errors = asyncio.run(handshakes())
+    finally:
+        listener.close()
+    assert names == [NAMES[0], None], names
+    assert "unable to get local issuer certificate" in errors[0], errors
