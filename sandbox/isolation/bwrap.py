@@ -27,6 +27,11 @@ SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 RUNTIME_MOUNT = "/opt/sandbox-kernel"
 MPLCACHE_MOUNT = "/opt/sandbox-kernel-mpl"
+# Where the copy of the host's interpreter is mounted. The venv's baked references (its
+# `python` link, pyvenv.cfg's home, the interpreter's rpath) name the host's prefix, so a
+# symlink there leads to it: a link is no mount, so /proc/self/mountinfo never names the
+# host's install prefix (under /root for pyenv).
+PYTHON_MOUNT = "/opt/sandbox-python"
 # What a sandbox with an egress policy gets (sandbox/egress/service.py fills them).
 EGRESS_SOCKET_DIR = "/run/sandbox-egress"  # the directory holding the host proxy's socket
 EGRESS_CA_BUNDLE = "/etc/sandbox-egress/ca-bundle.pem"  # the host's roots plus the server's egress CA
@@ -192,6 +197,9 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         "--perms", "1777", "--size", str(int(limits["tmp_mb"]) * 1024 * 1024), "--tmpfs", "/tmp",
     ]
     for source, dest in image_sources:
+        if image.get("python_copy") and dest == image.get("python_prefix"):
+            argv += ["--ro-bind", source, PYTHON_MOUNT, "--symlink", PYTHON_MOUNT, dest]
+            continue
         argv += ["--ro-bind", source, dest]
     for source, dest in copied_trees(spec):
         if copies is None:  # no fds to copy from: bind (the mount then names its source)
