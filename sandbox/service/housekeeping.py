@@ -19,13 +19,14 @@ there (``--force`` ends the sandboxes' supervisors first, which ends the sandbox
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import signal
 import time
 from dataclasses import dataclass, field
 
-from ..common import nofollow, statefile
+from ..common import nofollow
 from ..common.paths import SOCKET_NAME, StateDir, is_supervisor_of
 from ..common.processes import pid_alive
 from . import server_identity
@@ -44,13 +45,44 @@ def _checked_root(state: StateDir) -> str:
     return os.path.abspath(state.root)
 
 
-def claimed_pid(state: StateDir) -> int | None:
-    """The live pid ``server.json`` names, verified or not (for messages only)."""
+_RECORD_MAX_BYTES = 64 * 1024
+
+
+def _read_json_below(root: str, parts: list[str], name: str) -> dict | None:
+    """The JSON object in ``root/parts…/name``, read as a file someone else wrote: never
+    through a link, only a regular file (a FIFO would hang root's command), at most 64 KiB
+    (a link to /dev/zero would fill its memory); None if it is not such an object."""
     try:
-        record = statefile.read_json(state.server_file) or {}
+        dir_fd = nofollow.open_dir(os.path.abspath(root), parts)
+    except (nofollow.ComponentRefused, OSError):
+        return None
+    try:
+        fd, _ = nofollow.open_regular(dir_fd, name)
+    except (nofollow.FileRefused, OSError):
+        return None
+    finally:
+        os.close(dir_fd)
+    try:
+        raw = os.read(fd, _RECORD_MAX_BYTES + 1)
     except OSError:
         return None
-    pid = record.get("pid") if isinstance(record, dict) else None
+    finally:
+        os.close(fd)
+    try:
+        record = json.loads(raw) if len(raw) <= _RECORD_MAX_BYTES else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def server_record(state: StateDir) -> dict | None:
+    """``server.json``, as its directory's owner wrote it (see `_read_json_below`)."""
+    return _read_json_below(state.root, [], os.path.basename(state.server_file))
+
+
+def claimed_pid(state: StateDir) -> int | None:
+    """The live pid ``server.json`` names, verified or not (for messages only)."""
+    pid = (server_record(state) or {}).get("pid")
     return pid if isinstance(pid, int) and pid > 0 and pid_alive(pid) else None
 
 
@@ -63,7 +95,7 @@ def running_server(state: StateDir) -> dict | None:
     pid = claimed_pid(state)
     if pid is None or server_identity.server_problem(pid, state.root, SOCKET_NAME):
         return None
-    return statefile.read_json(state.server_file)
+    return server_record(state)
 
 
 def stop_server(state: StateDir, timeout: float = 60.0) -> dict | None:
@@ -84,7 +116,7 @@ def stop_server(state: StateDir, timeout: float = 60.0) -> dict | None:
         if problem:
             raise AdminRefused(f"{state.server_file} names pid {pid}, which is not this directory's server "
                                f"({problem}): not signalled")
-        record = statefile.read_json(state.server_file) or {"pid": pid}
+        record = server_record(state) or {"pid": pid}
         try:
             signal.pidfd_send_signal(pidfd, signal.SIGTERM)
         except ProcessLookupError:
@@ -103,13 +135,18 @@ def stop_server(state: StateDir, timeout: float = 60.0) -> dict | None:
 def live_sandboxes(state: StateDir) -> dict[str, int]:
     """Sandbox id -> supervisor pid, for each sandbox whose supervisor still runs."""
     found = {}
+    sandboxes = os.path.basename(state.sandboxes)
     try:
-        names = os.listdir(state.sandboxes)
-    except FileNotFoundError:
+        fd = nofollow.open_dir(os.path.abspath(state.root), [sandboxes])  # a link there leads nowhere
+    except (nofollow.ComponentRefused, OSError):
         return found
+    try:
+        names = os.listdir(fd)
+    finally:
+        os.close(fd)
     for sandbox_id in names:
         d = state.sandbox(sandbox_id)
-        pid = (statefile.read_json(os.path.join(d, "state.json")) or {}).get("supervisor_pid")
+        pid = (_read_json_below(state.root, [sandboxes, sandbox_id], "state.json") or {}).get("supervisor_pid")
         if isinstance(pid, int) and pid_alive(pid) and is_supervisor_of(pid, d):
             found[sandbox_id] = pid
     return found

@@ -231,6 +231,11 @@ def test_c04_stop_never_signals_the_pid_a_user_wrote(hostile_user, spawn_server,
     assert "Traceback" not in done.stderr
     assert support.pid_alive(pid) and victim.healthy(), "root's stop signalled the server the user named"
     assert housekeeping.running_server(StateDir(str(state))) is None
+    # a server.json that is a FIFO (reading it would hang root's command) is no record at all
+    as_user(hostile_user, f"rm {state}/server.json && mkfifo {state}/server.json")
+    done = admin("stop", "--state-dir", str(state))
+    assert done.returncode == 0 and "no sandbox server runs" in done.stdout, (done.stdout, done.stderr)
+    as_user(hostile_user, f"rm {state}/server.json && printf '%s' '{record}' > {state}/server.json")
 
     # control: without the identity check the same stop ends the victim
     monkeypatch.setattr(server_identity, "server_problem", lambda *args: None)
