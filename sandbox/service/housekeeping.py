@@ -7,13 +7,18 @@ What a server leaves when it stops, and why:
   (supervisor/deadlines.py); the next server re-adopts them. Stopping never ends them.
 - *image mounts* (a root server's read-only loop mounts of each image's packs,
   ``images/NAME/venv.mnt``, isolation/imagefs.py): detached lazily when the server stops
-  (``umount -l``). A sandbox still running keeps its own reference to the filesystem in its
+  (``MNT_DETACH``). A sandbox still running keeps its own reference to the filesystem in its
   mount namespace, so it is not disturbed; the loop device goes once the last sandbox
   using it ends, and the next sandbox's supervisor mounts the pack again.
 - *workspace mounts* of kept sandboxes: theirs, released when they end.
 
 ``purge`` removes the whole directory, and so refuses while a server or a sandbox runs
 there (``--force`` ends the sandboxes' supervisors first, which ends the sandboxes).
+
+Root may run these commands on a directory a user writes (``--state-dir ~alice/...``), so
+nothing in it is believed: ``server.json`` names a pid that is signalled only once the
+kernel's records show it is this directory's server (server_identity.py); files are read
+and mounts reached without following a link; a directory named through a link is refused.
 """
 
 from __future__ import annotations
