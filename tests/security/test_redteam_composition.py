@@ -23,6 +23,9 @@ c05. Root's `stop` and `purge` against a user's state directory that is a symlin
      directory holding a mount: refused, the mount and its files stay, and purge does not
      claim it removed anything. Control: the same purge aimed at where the link leads
      unmounts and removes it. A link *inside* a state directory is removed as a link.
+c06. A runtime's log with escape sequences (what the sandbox's processes wrote to stderr):
+     `sandbox-kernel logs` prints them escaped. Control: printed as they are, they reach
+     the terminal.
 
 Every other path a sandbox's bytes take to a host program is a row of README's boundary
 table (Security model), with its test.
