@@ -12,7 +12,9 @@ kernelspec per entry, and the copies pip ships (kernelspec/, kernelspec/gvisor/)
 checked against it by a unit test.
 
 The spec's argv starts with the absolute path of the Python doing the install: Jupyter
-may run in another environment, whose `python` does not have this package.
+may run in another environment, whose `python` does not have this package. Then `-P`: the
+kernel runs in the notebook's folder, where `%pull` writes files a sandbox chose, and that
+folder must never be on its `sys.path` (kernel/safe_path.py).
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ from sandbox.client import AsyncSandbox
 
 HELP = {
     "push": "%push LOCAL [DEST]: upload files (globs like data/*.csv, folders) from the notebook's folder into /workspace",
-    "pull": "%pull [--force] REMOTE [LOCAL]: download files (globs like out/*.png) from /workspace into the "
-    "notebook's folder; --force replaces existing files",
+    "pull": "%pull [--force] [--allow-code] REMOTE [LOCAL]: download files (globs like out/*.png) from /workspace "
+    "into the notebook's folder; --force replaces existing files; --allow-code lets through files a host program "
+    "would run, import or read as config (*.py, *.pth, dotfiles, Jupyter/IPython config names)",
     "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits, what it uses (memory, CPU, disk), isolation and "
                "egress policy; %sandbox packages: the packages of its image, with versions; %sandbox list: your "
                "sandboxes and the notebooks they belong to; %sandbox new: a fresh sandbox (this one is deleted); "

@@ -5,7 +5,7 @@ the only doors, and they are opened from outside. `%sandbox` and `%ttl` show wha
 user cannot see from inside: where their code runs, under which limits, and for how long.
 
     %push LOCAL [DEST]     upload local files (globs, directories) into /workspace
-    %pull [--force] REMOTE [LOCAL]
+    %pull [--force] [--allow-code] REMOTE [LOCAL]
                            download files (globs) from /workspace
     %sandbox               the sandbox's id, state, TTL, limits, isolation and egress policy
     %ttl                   time left; `%ttl renew [SECONDS]` pushes expiry back

@@ -16,7 +16,7 @@ import uuid
 
 from sandbox.client import AsyncSandbox, InvalidRequest, SandboxNotFound
 
-from . import airlock
+from . import airlock, host_code
 from .airlock import AirlockError
 from .failure import CellFailure
 from .magic_host import HELP, MagicHost
@@ -210,7 +210,8 @@ async def run_push(args: list[str], host: MagicHost) -> None:
 
 async def run_pull(args: list[str], host: MagicHost) -> None:
     force = "--force" in args
-    args = [a for a in args if a != "--force"]
+    allow_code = host_code.ALLOW_FLAG in args
+    args = [a for a in args if a not in ("--force", host_code.ALLOW_FLAG)]
     if not 1 <= len(args) <= 2:
         raise CellFailure("UsageError", HELP["pull"])
     remote = _clean_remote(args[0])
@@ -239,13 +240,38 @@ async def run_pull(args: list[str], host: MagicHost) -> None:
         raise CellFailure("OSError", f"%pull: the {len(names)} matching files are {format_bytes(listed)} (apparent "
                           f"size), more than one %pull may write ({format_bytes(cap)}, pull_max_bytes); "
                           "nothing was written")
-    for name in sorted(names):
-        target = local_target(name, local, root, many)
+    plan = _without_host_code([(name, local_target(name, local, root, many)) for name in sorted(names)],
+                              allow_code, host)
+    for name, target in plan:
         size = await _pull_one(sbx, name, airlock.Writer(root, target, force, "%pull"), host, cap - total)
         total += size
         host.stdout(f"pulled /workspace/{name} → {'/'.join(target)} ({format_bytes(size)})\n")
-    if len(names) > 1:
-        host.stdout(f"{len(names)} files, {format_bytes(total)}\n")
+    if len(plan) > 1:
+        host.stdout(f"{len(plan)} files, {format_bytes(total)}\n")
+
+
+def _without_host_code(plan: list[tuple[str, list[str]]], allow_code: bool,
+                       host: MagicHost) -> list[tuple[str, list[str]]]:
+    """The (remote name, local target) pairs to write: a target a host program would run,
+    import or read as config (`host_code`) only with --allow-code. One such file is refused;
+    a glob skips them, naming each and why, and is refused only when nothing else is left."""
+    if allow_code:
+        return plan
+    kept, refused = [], []
+    for name, target in plan:
+        reason = host_code.why_host_code(target)
+        if reason is None:
+            kept.append((name, target))
+        else:
+            refused.append(("/".join(target), reason))
+    if len(plan) == 1 and refused:
+        raise CellFailure("PermissionError", host_code.refusal(*refused[0]))
+    for shown, reason in refused:
+        host.stdout(f"skipped {shown}: {reason} (add {host_code.ALLOW_FLAG} to pull it)\n")
+    if not kept:
+        raise CellFailure("PermissionError", f"%pull: every matching file is one a host program would run or "
+                          f"import; nothing was written (add {host_code.ALLOW_FLAG} to pull them)")
+    return kept
 
 
 async def _pull_one(sbx: AsyncSandbox, name: str, writer: airlock.Writer, host: MagicHost, room: int) -> int:

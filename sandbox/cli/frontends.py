@@ -63,7 +63,7 @@ def cmd_lab(args) -> int:
         print(f"stopping the sandbox server JupyterLab's kernels started (pid {server['pid']})", file=sys.stderr)
         try:
             housekeeping.stop_server(state)
-        except TimeoutError as exc:
+        except (TimeoutError, housekeeping.AdminRefused) as exc:
             error(str(exc))
         live = housekeeping.live_sandboxes(state)
         if live:

@@ -1,11 +1,13 @@
 """Numbers and times as a person reads them, and tables with a header.
 
 Machines get ``--json`` (the server's own objects); these are only for the terminal, so
-they round freely: ``1.4 GiB``, ``3 min ago``, ``in 52 min``.
+they round freely: ``1.4 GiB``, ``3 min ago``, ``in 52 min``. Text a sandbox may have
+written is shown with its control characters escaped (`terminal_text`).
 """
 
 from __future__ import annotations
 
+import re
 import typing as t
 from datetime import datetime, timezone
 
@@ -60,3 +62,15 @@ def table(header: t.Sequence[str], rows: t.Iterable[t.Sequence[t.Any]], right: t
         parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
+
+
+_TERMINAL_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_text(raw: bytes) -> str:
+    """A line of a log for the terminal: control characters (C0 but the tab, DEL, C1) and
+    bytes that are not UTF-8 shown as ``\\xHH``. A runtime's log holds what the sandbox's
+    processes wrote to their stderr: printed raw, an escape sequence in it would drive the
+    admin's terminal (retitle it, rewrite lines, set the clipboard)."""
+    text = raw.decode("utf-8", "backslashreplace")
+    return _TERMINAL_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

@@ -128,14 +128,15 @@ def _log_sections(state, sandbox_id: str) -> list[tuple[str, list[str]]]:
     d = state.sandbox(sandbox_id)
     sections = []
     try:
-        with open(os.path.join(state.root, "server.log"), errors="replace") as f:
-            sections.append(("server.log", [line.rstrip("\n") for line in f if sandbox_id in line]))
+        with open(os.path.join(state.root, "server.log"), "rb") as f:
+            sections.append(("server.log", [human.terminal_text(line.rstrip(b"\n")) for line in f
+                                            if sandbox_id.encode() in line]))
     except OSError:
         pass
     for name in ("supervisor.log", "runtime.log"):
         try:
-            with open(os.path.join(d, name), errors="replace") as f:
-                sections.append((name, f.read().splitlines()))
+            with open(os.path.join(d, name), "rb") as f:
+                sections.append((name, [human.terminal_text(line) for line in f.read().splitlines()]))
         except OSError:
             pass
     record = statefile.read_json(os.path.join(d, "state.json"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .common import add_state_dir, command, error, state_of
@@ -95,7 +96,7 @@ def cmd_stop(args) -> int:
     state = state_of(args)
     try:
         record = housekeeping.stop_server(state, timeout=args.timeout)
-    except TimeoutError as exc:
+    except (TimeoutError, housekeeping.AdminRefused) as exc:
         error(str(exc))
         return 1
     if record is None:
@@ -114,6 +115,9 @@ def cmd_purge(args) -> int:
     from ..service import housekeeping
 
     state = state_of(args)
+    if not os.path.lexists(state.root):
+        print(f"nothing to purge: {state.root} does not exist")
+        return 0
     if not args.yes:
         if not sys.stdin.isatty():
             error(f"purge removes {state.root} and everything in it; add --yes to confirm")
@@ -123,11 +127,15 @@ def cmd_purge(args) -> int:
             print("nothing removed")
             return 1
     try:
-        unmounted = housekeeping.purge(state, force=args.force)
+        purged = housekeeping.purge(state, force=args.force)
     except housekeeping.PurgeRefused as exc:
         error(str(exc))
         return 1
-    print(f"removed {state.root}" + (f" (after unmounting {len(unmounted)} mount(s))" if unmounted else ""))
+    detached = f" (after unmounting {len(purged.unmounted)} mount(s))" if purged.unmounted else ""
+    if not purged.removed:
+        error(f"{state.root} was not removed{detached}: " + ("; ".join(purged.left) or "it is still there"))
+        return 1
+    print(f"removed {state.root}{detached}")
     return 0
 
 

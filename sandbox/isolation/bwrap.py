@@ -27,6 +27,11 @@ SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 RUNTIME_MOUNT = "/opt/sandbox-kernel"
 MPLCACHE_MOUNT = "/opt/sandbox-kernel-mpl"
+# Where the copy of the host's interpreter is mounted. The venv's baked references (its
+# `python` link, pyvenv.cfg's home, the interpreter's rpath) name the host's prefix, so a
+# symlink there leads to it: a link is no mount, so /proc/self/mountinfo never names the
+# host's install prefix (under /root for pyenv).
+PYTHON_MOUNT = "/opt/sandbox-python"
 # What a sandbox with an egress policy gets (sandbox/egress/service.py fills them).
 EGRESS_SOCKET_DIR = "/run/sandbox-egress"  # the directory holding the host proxy's socket
 EGRESS_CA_BUNDLE = "/etc/sandbox-egress/ca-bundle.pem"  # the host's roots plus the server's egress CA
@@ -147,6 +152,18 @@ def tree_files(source: str, dest: str) -> tuple[list[str], list[tuple[str, str]]
     return dirs, files
 
 
+def _image_binds(image: dict, image_sources: list[tuple[str, str]]) -> list[str]:
+    """Each image tree read-only at its sandbox path; the interpreter copy at PYTHON_MOUNT,
+    with a symlink at the host prefix its venv's references name."""
+    argv: list[str] = []
+    for source, dest in image_sources:
+        if image.get("python_copy") and dest == image.get("python_prefix"):
+            argv += ["--ro-bind", source, PYTHON_MOUNT, "--symlink", PYTHON_MOUNT, dest]
+        else:
+            argv += ["--ro-bind", source, dest]
+    return argv
+
+
 def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int | None,
                passwd_fd: int, group_fd: int, image_sources: list[tuple[str, str]],
                copies: dict[str, tuple[list[str], list[tuple[int, str]]]] | None = None,
@@ -191,8 +208,7 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         "--remount-ro", "/dev",
         "--perms", "1777", "--size", str(int(limits["tmp_mb"]) * 1024 * 1024), "--tmpfs", "/tmp",
     ]
-    for source, dest in image_sources:
-        argv += ["--ro-bind", source, dest]
+    argv += _image_binds(image, image_sources)
     for source, dest in copied_trees(spec):
         if copies is None:  # no fds to copy from: bind (the mount then names its source)
             argv += ["--ro-bind", source, dest]

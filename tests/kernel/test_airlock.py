@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from kernel import airlock
+from kernel import airlock, host_code, safe_path
 from kernel.airlock import AirlockError
 from kernel.failure import CellFailure
 from kernel.transfer import local_target, push_plan
@@ -170,3 +170,62 @@ def test_another_root_can_be_configured(root, tmp_path, monkeypatch):
         push_plan("data/a.csv", None, exchange)  # the notebook's folder is not the root now
     monkeypatch.delenv("SANDBOX_KERNEL_AIRLOCK_ROOT")
     assert SandboxLifecycle(SandboxSettings(), logging.getLogger("test"), cwd=root).airlock_root == root
+
+
+# --------------------------------------------------------------------------- host code
+
+
+@pytest.mark.parametrize("path", [
+    "markdown_it.py", "kernel.py", "pkg/__init__.py", "ext.cpython-311-x86_64-linux-gnu.so", "evil.pth",
+    "sitecustomize.py", "usercustomize", "__pycache__/m.cpython-311.pyc", ".envrc", ".bashrc",
+    ".ipynb_checkpoints/nb-checkpoint.ipynb", ".git/hooks/pre-commit", "ipython_config.py",
+    "jupyter_server_config.json", "jupyter_lab_config.py", "kernel.json", "pyvenv.cfg", "deep/dir/Mod.PY",
+])
+def test_names_a_host_program_runs_or_imports_need_the_flag(path):
+    """What a host Python, IPython, Jupyter, a shell or git would run, import or read as
+    config from the notebook's folder: %pull writes it only with --allow-code."""
+    assert host_code.why_host_code(path.split("/")) is not None, path
+
+
+@pytest.mark.parametrize("path", ["result.txt", "out/plot.png", "data/a.csv", "report.ipynb", "model.pkl",
+                                  "notes.md", "python/readme.txt", "kernel.txt"])
+def test_data_names_pull_without_the_flag(path):
+    assert host_code.why_host_code(path.split("/")) is None, path
+
+
+def test_the_refusal_says_why_and_both_ways_on():
+    message = host_code.refusal("markdown_it.py", host_code.why_host_code(["markdown_it.py"]))
+    assert "--allow-code" in message and "import" in message and "markdown_it.py.txt" in message
+
+
+# --------------------------------------------------------------------------- the kernel's own sys.path
+
+
+def test_the_working_directory_on_sys_path_is_found_in_every_spelling(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    site = "/usr/lib/python3/dist-packages"
+    assert safe_path.unsafe_entries([site], str(tmp_path)) == []
+    for entry in ("", ".", "sub/..", str(tmp_path), str(tmp_path) + "/", str(tmp_path / "sub" / "..")):
+        assert safe_path.unsafe_entries([site, entry], str(tmp_path)) == [entry], entry
+
+
+def test_the_kernel_refuses_to_start_with_its_folder_on_sys_path(tmp_path):
+    """`python -P -m kernel` with '.' on PYTHONPATH: refused, with the reason, before any
+    import from that folder; the control, the same start without '.', passes the check."""
+    import subprocess
+    import sys
+
+    import support
+
+    env = support.with_repo_on_path(dict(os.environ))
+    probe = "from kernel.safe_path import check_or_exit; check_or_exit(); print('checked')"
+    control = subprocess.run([sys.executable, "-P", "-c", probe], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert control.returncode == 0 and control.stdout.strip() == "checked", control.stderr
+    env["PYTHONPATH"] = os.pathsep.join([".", env["PYTHONPATH"]])
+    refused = subprocess.run([sys.executable, "-P", "-m", "kernel", "-f", str(tmp_path / "never.json")],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2, (refused.returncode, refused.stderr)
+    assert "not starting" in refused.stderr and str(tmp_path) in refused.stderr and "-P" in refused.stderr
+    assert "Traceback" not in refused.stderr

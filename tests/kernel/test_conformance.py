@@ -3,6 +3,10 @@ a real sandbox server."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import jupyter_kernel_test as jkt
 import pytest
 
@@ -14,6 +18,24 @@ class TestSandboxKernel(jkt.KernelTests):
     kernel_name = "sandbox"
     language_name = "python"
     file_extension = ".py"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        """The suite starts its kernel in this process's working directory, the checkout,
+        which the tests put on PYTHONPATH: a kernel refuses a folder on its sys.path
+        (kernel/safe_path.py), so it starts in an empty folder of its own."""
+        here = os.getcwd()
+        cls.folder = tempfile.mkdtemp(prefix="sbk-conformance-")
+        os.chdir(cls.folder)
+        try:
+            super().setUpClass()
+        finally:
+            os.chdir(here)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        super().tearDownClass()
+        shutil.rmtree(cls.folder, ignore_errors=True)
 
     code_hello_world = "print('hello, world')"
     code_stderr = "import sys; print('test', file=sys.stderr)"

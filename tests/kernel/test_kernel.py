@@ -536,7 +536,7 @@ def test_airlock_stays_in_the_notebooks_folder_with_host_cells_off(start_kernel,
     secret.write_text("host secret")
     secret.chmod(0o600)
     (folder / "stolen.txt").symlink_to(secret)
-    (folder / "sitecustomize.py").symlink_to(tmp_path / "planted.py")
+    (folder / "notes.txt").symlink_to(tmp_path / "planted.txt")
     (folder / "kept.txt").write_text("mine")
     km, kc = start_kernel(cwd=folder, SANDBOX_KERNEL_HOST_CELLS="0")
     assert run_cell(kc, "open('/workspace/payload.py', 'w').write('evil')").status == "ok"
@@ -544,7 +544,8 @@ def test_airlock_stays_in_the_notebooks_folder_with_host_cells_off(start_kernel,
     attempts = {
         f"%pull payload.py {tmp_path}/abs.py": "absolute paths are not allowed",
         "%pull payload.py ../dotdot.py": "'..' is not allowed",
-        "%pull payload.py sitecustomize.py": "symlink",
+        "%pull payload.py notes.txt": "symlink",
+        "%pull payload.py sitecustomize.py": "--allow-code",
         "%pull payload.py kept.txt": "--force",
         "%push stolen.txt": "symlink",
         f"%push {secret}": "absolute paths are not allowed",

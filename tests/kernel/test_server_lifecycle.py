@@ -95,7 +95,8 @@ def test_lab_stops_the_server_its_kernels_started(own_images_state, tmp_path):
     env = user_env(state, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
     lab = subprocess.Popen([sys.executable, "-m", "sandbox", "lab", "--port", str(port), "--state-dir", str(state),
                             "--", f"--ServerApp.token={token}", f"--ServerApp.root_dir={tmp_path}"],
-                           cwd=str(REPO), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                           # not the checkout: it is on PYTHONPATH, and a kernel refuses a folder on its sys.path
+                           cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         assert wait_for(lambda: jupyter_answers(base, token), 90), "JupyterLab did not come up"

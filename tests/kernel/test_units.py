@@ -188,7 +188,7 @@ def test_kernel_spec_default_and_per_image():
     name, spec = kernel_spec()
     assert name == "sandbox"
     assert spec["display_name"] == "Python (sandbox)"
-    assert spec["argv"][1:] == ["-m", "kernel", "-f", "{connection_file}"]
+    assert spec["argv"][1:] == ["-P", "-m", "kernel", "-f", "{connection_file}"]
     assert pathlib.Path(spec["argv"][0]).is_absolute()
     assert spec["interrupt_mode"] == "message"
     assert "env" not in spec
@@ -203,7 +203,7 @@ def test_kernel_spec_default_and_per_image():
 def test_kernel_spec_per_isolation_tier():
     name, spec = kernel_spec(isolation="gvisor")
     assert name == "sandbox-gvisor" and spec["display_name"] == "Python (sandbox, gVisor)"
-    assert spec["argv"][1:] == ["-m", "kernel", "-f", "{connection_file}", "--SandboxKernel.isolation=gvisor"]
+    assert spec["argv"][1:] == ["-P", "-m", "kernel", "-f", "{connection_file}", "--SandboxKernel.isolation=gvisor"]
     name, spec = kernel_spec("tiny", isolation="gvisor")
     assert name == "sandbox-tiny-gvisor" and spec["display_name"] == "Python (sandbox: tiny, gVisor)"
     assert spec["env"] == {"SANDBOX_KERNEL_IMAGE": "tiny"}

@@ -235,7 +235,7 @@ def probe_params(server, sandbox_id: str, canary: Canary, image_info: dict, list
     state = str(server.state_dir)
     package_trees = ["/usr"] + list(image_info.get("layers") or [image_info["venv"]])
     if image_info.get("python_copy"):
-        package_trees.append(image_info["python_prefix"])
+        package_trees += [image_info["python_prefix"], bwrap.PYTHON_MOUNT]
     ro_dirs = ["/", "/usr", "/etc", "/opt", "/opt/sandbox-kernel", image_info["venv"]]
     if image_info.get("python_copy"):
         ro_dirs.append(image_info["python_prefix"])
@@ -283,6 +283,8 @@ def control(open_server, canary, image_info, listeners) -> dict:
 
 
 def test_p01_host_secrets_unreachable(hostile, victim, probe, canary, image_info, isolation):
+    from sandbox.isolation import bwrap
+
     # control: the needles are real and findable where they live
     environ = pathlib.Path(f"/proc/{hostile.proc.pid}/environ").read_bytes()
     assert canary.value.encode() in environ and hostile.token.encode() in environ
@@ -306,8 +308,8 @@ def test_p01_host_secrets_unreachable(hostile, victim, probe, canary, image_info
                        "/opt/sandbox-kernel", "/opt/sandbox-kernel-mpl", "/workspace"}
     expected_mounts |= {f"/dev/{d}" for d in ("null", "zero", "full", "random", "urandom", "tty", "console")}
     expected_mounts |= set(image_info.get("layers") or [image_info["venv"]])
-    if image_info.get("python_copy"):
-        expected_mounts.add(image_info["python_prefix"])
+    if image_info.get("python_copy"):  # bwrap: at a neutral path, the host's prefix a link to it
+        expected_mounts.add(image_info["python_prefix"] if isolation == "gvisor" else bwrap.PYTHON_MOUNT)
     if isolation == "gvisor":
         expected_mounts |= GVISOR_ONLY_MOUNTS
     mountpoints = {mp for _, mp in probe["mounts"]}

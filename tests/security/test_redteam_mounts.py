@@ -7,7 +7,8 @@
     each image tree (venv, interpreter copy) is an ext4 filesystem of its own, loop-mounted
     read-only on the host and bound at a neutral path, so that no line names the state
     directory. Without root (no loop mounts) the trees are bound as directories: that probe
-    is skipped, saying so.
+    is skipped, saying so. The copy of the host's interpreter is mounted at a neutral path
+    and the host's prefix is a symlink to it: no line names the host's install prefix.
 
 Each probe runs the same code on the host as its control, so that a probe that could not
 write or could not parse would not pass as "protected".
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import sys
 
 import pytest
 from redteam_support import minimal_dev
@@ -96,6 +98,14 @@ def _image_info(server: support.Server, sandbox: dict) -> dict:
     return json.loads((server.state_dir / "images" / sandbox["image"] / "image.json").read_text())
 
 
+def _bwrap_point(info: dict, mount: dict) -> str:
+    """Where bwrap mounts one of the image's trees: its path, but the interpreter copy's at
+    a neutral path (the host's prefix is a link to it there)."""
+    from sandbox.isolation.bwrap import PYTHON_MOUNT
+
+    return PYTHON_MOUNT if info.get("python_copy") and mount["path"] == info["python_prefix"] else mount["path"]
+
+
 def _mountinfo(api, sandbox_id: str) -> list[list[str]]:
     return run_json(api, sandbox_id, MOUNTS + f'''
 import json
@@ -133,7 +143,7 @@ def test_p23_mountinfo_names_no_state_layout_but_the_images(sandbox_server, api,
     if MPLCACHE_MOUNT in by_point:
         assert by_point[MPLCACHE_MOUNT] == ("/", "tmpfs"), by_point[MPLCACHE_MOUNT]
     info = _image_info(sandbox_server, sandbox)
-    assert {m["path"] for m in info["mounts"]} <= set(by_point), (info["mounts"], by_point)
+    assert {_bwrap_point(info, m) for m in info["mounts"]} <= set(by_point), (info["mounts"], by_point)
     trees = {m["tree"] for m in info["mounts"]}
     naming_state = {point: root for root, point, _ in entries if state in root or state in point}
     assert set(naming_state.values()) <= trees, naming_state
@@ -158,7 +168,8 @@ def test_p23_mountinfo_names_no_state_path_at_all(sandbox_server, api, new_sandb
     # bwrap binds each pack at its neutral path; under gVisor the trees are files of the pinned root
     tree_mount = None if isolation == "gvisor" else ("/", "ext4")
     for mount in info["mounts"]:
-        assert by_point.get(mount["path"]) == tree_mount, (mount, by_point.get(mount["path"]))
+        point = mount["path"] if isolation == "gvisor" else _bwrap_point(info, mount)
+        assert by_point.get(point) == tree_mount, (mount, by_point.get(point))
     # control: the same parser on the host's mountinfo finds the packs' mounts, which name
     # the state directory
     scope: dict = {}
@@ -168,5 +179,66 @@ def test_p23_mountinfo_names_no_state_path_at_all(sandbox_server, api, new_sandb
 
     packs = {mount_point(m["pack"]) for m in info["mounts"]}
     assert packs <= {point for _, point, _ in host}, (packs, host)
-    print(f"\nPROBE 23 | mountinfo | image trees {sorted((by_point.get(m['path']), m['path']) for m in info['mounts'])};"
+    points = [m["path"] if isolation == "gvisor" else _bwrap_point(info, m) for m in info["mounts"]]
+    print(f"\nPROBE 23 | mountinfo | image trees {sorted((str(by_point.get(p)), p) for p in points)};"
           f" no line names {state}")
+
+
+#: The control's server: bwrap binds the interpreter copy at the host's prefix again.
+PREFIX_MOUNTED = '''
+from sandbox.isolation import bwrap
+_build_argv = bwrap.build_argv
+def build_argv(*args, **kwargs):
+    argv, command = _build_argv(*args, **kwargs)
+    for i in range(len(argv) - 5):
+        if argv[i] == "--ro-bind" and argv[i + 2] == bwrap.PYTHON_MOUNT and argv[i + 3] == "--symlink":
+            argv[i:i + 6] = ["--ro-bind", argv[i + 1], argv[i + 5]]
+            break
+    return argv, command
+bwrap.build_argv = build_argv
+'''
+
+
+@pytest.mark.bwrap_only(reason="bwrap binds host trees into the sandbox; gVisor's pinned root holds the interpreter "
+                        "as files, and test_p23_mountinfo_names_no_state_path_at_all covers it")
+def test_p23_mountinfo_names_no_host_interpreter_prefix(spawn_server, tmp_path):
+    """The copy of the host's interpreter is mounted at a neutral path, and a symlink at the
+    host's prefix leads to it (the venv's baked references name that prefix): no line of
+    mountinfo names the host's prefix, and the interpreter runs. Control: a server whose
+    bwrap binds the copy at the host's prefix again, where the probe finds it."""
+    from sandbox.isolation.bwrap import PYTHON_MOUNT
+
+    prefix = os.path.realpath(sys.base_prefix)
+    probe = MOUNTS + f'''
+import json, os, sys
+print({MARK!r} + json.dumps({{"mounts": mounts(open("/proc/self/mountinfo").read()),
+                              "base_prefix": sys.base_prefix, "real": os.path.realpath(sys.base_prefix)}}))
+'''
+
+    def mountinfo_of(server: support.Server) -> dict:
+        with server.client(timeout=120) as api:
+            sandbox = support.create(api)
+            try:
+                info = _image_info(server, sandbox)
+                if not info.get("python_copy"):
+                    pytest.skip(f"the image binds no copy of the interpreter (its prefix {prefix} is readable by "
+                                "sandbox uids, or the server is not root): nothing of it to name")
+                return run_json(api, sandbox["id"], probe)
+            finally:
+                api.delete(f"/v1/sandboxes/{sandbox['id']}")
+
+    seen = mountinfo_of(spawn_server("--pool-size", "0"))
+    named = [entry for entry in seen["mounts"] if prefix in entry[0] or prefix in entry[1]]
+    assert named == [], named
+    assert PYTHON_MOUNT in {point for _, point, _ in seen["mounts"]}, seen["mounts"]
+    assert seen["real"] == PYTHON_MOUNT, seen
+
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(PREFIX_MOUNTED)
+    control = spawn_server("--pool-size", "0", extra_env={
+        "PYTHONPATH": f"{shim}{os.pathsep}{support.server_env(None)['PYTHONPATH']}"})
+    found = [entry for entry in mountinfo_of(control)["mounts"] if entry[1] == prefix]
+    assert found, "control: with the copy bound at the host's prefix, the probe finds that mount point"
+    print(f"\nPROBE 23 | mountinfo | the interpreter at {PYTHON_MOUNT}, {prefix} a link: no line names it "
+          f"(control: {found})")
