@@ -211,9 +211,8 @@ def cmd_usage(args) -> int:
     records = answer["records"]
     rows, columns = (records, report.RECORD_COLUMNS) if args.records else (report.summarise(records), report.COLUMNS)
     rows = [report.tidy(row) for row in rows]
-    lag = report.staleness(records)
-    if lag:
-        print(lag, file=sys.stderr)
+    if rows:
+        print(report.staleness(records), file=sys.stderr)
     if args.format != "table":
         print(report.render(rows, args.format, columns), end="" if args.format == "csv" else "\n")
     elif not rows:
