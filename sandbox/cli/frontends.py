@@ -13,7 +13,11 @@ from .common import add_state_dir, command, error, state_of
 def cmd_install(args) -> int:
     from kernel.install import install_kernelspecs
 
-    install_kernelspecs(user=args.user, sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image)
+    try:
+        install_kernelspecs(user=args.user, sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image)
+    except ValueError as exc:  # an image name no kernelspec can carry
+        error(str(exc))
+        return 2
     return 0
 
 
