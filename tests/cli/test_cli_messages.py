@@ -92,10 +92,10 @@ def check_all(cases: list[tuple[str, int]], replace: dict[str, str], env: dict[s
     """Run each case; the rows of the listing (command, status, message)."""
     rows, wrong = [], []
     for command, status in cases:
-        real = command
-        for shown, value in ((v, k) for k, v in replace.items()):
-            real = real.replace(shown, value)
-        run = cli(real, env)
+        typed = command
+        for real, shown in replace.items():
+            typed = typed.replace(shown, real)
+        run = cli(typed, env)
         message = message_of(run, replace)
         rows.append((command, run.returncode, message))
         problems = [why for why, bad in (
