@@ -58,8 +58,10 @@ def _kernel_client(connection: pathlib.Path):
 
     kc = BlockingKernelClient()
     kc.load_connection_file(str(connection))
+    # A loaded host's late heart is not a dead kernel; set before the channel starts, or its
+    # first wait is the default second.
+    kc.hb_channel.time_to_dead = 20.0
     kc.start_channels()
-    kc.hb_channel.time_to_dead = 20.0  # a loaded host's late heart is not a dead kernel
     kc.wait_for_ready(timeout=300)
     return kc
 
