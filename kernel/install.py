@@ -60,6 +60,19 @@ def kernel_spec(image: str | None = None, python: str | None = None,
     return name, spec
 
 
+def is_current(kernel_json: str, spec: dict[str, t.Any]) -> bool:
+    """Whether the kernel.json at ``kernel_json`` is ``spec`` but for the interpreter that
+    runs it (pip ships ``python``, an install writes its absolute path): an older
+    version's copy (say, one without today's metadata) is not, nor a missing file."""
+    try:
+        with open(kernel_json) as f:
+            installed = json.load(f)
+    except (OSError, ValueError):
+        return False
+    strip = lambda s: {**s, "argv": s.get("argv", [])[1:]}  # noqa: E731
+    return strip(installed) == strip(spec)
+
+
 def install_kernelspec(
     user: bool = True,
     sys_prefix: bool = False,

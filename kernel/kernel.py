@@ -17,6 +17,7 @@ import typing as t
 from fnmatch import fnmatchcase
 
 import zmq
+from ipykernel._version import kernel_protocol_version
 from ipykernel.kernelbase import Kernel
 from traitlets import Float
 
@@ -136,6 +137,20 @@ class SandboxKernel(SandboxSettings, Kernel):
         self._history: list[tuple[int, int, str, str | None]] = []
         self._history_session = 1
         self._history_line = itertools.count(1)
+
+    @property
+    def kernel_info(self) -> dict[str, t.Any]:
+        """ipykernel's reply without its question to the debugger.
+
+        ipykernel's own imports ipykernel.debugger, and with it debugpy's pydevd, only to list
+        "debugger" among the features: the import prints four "Debugger warning: ... frozen
+        modules" lines into the terminal of whoever runs JupyterLab, and the feature would
+        offer a debugger this kernel does not have (its cells run in the sandbox; the
+        kernelspec says debugger: false). No subshells either (see app.py).
+        """
+        return {"protocol_version": kernel_protocol_version, "implementation": self.implementation,
+                "implementation_version": self.implementation_version, "language_info": self.language_info,
+                "banner": self.banner, "help_links": self.help_links, "supported_features": []}
 
     @property  # type: ignore[override]
     def execution_count(self) -> int:

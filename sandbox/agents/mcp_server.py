@@ -268,8 +268,8 @@ async def serve_http(state: SandboxMCP, host: str, port: int, *, log_level: str 
     from ..service.api import TokenAuth
 
     if not state.config.token:
-        raise SystemExit(f"no token to require of MCP clients (token: {state.config.token_source}): "
-                         "set SANDBOX_KERNEL_TOKEN or pass --token")
+        raise SystemExit("error: the MCP server over HTTP needs a token to require of its clients (the sandbox "
+                         "server's socket needs none): set SANDBOX_KERNEL_TOKEN or pass --token")
     server = build_server(state)
     app = TokenAuth(server.streamable_http_app(host=host), token=state.config.token)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")

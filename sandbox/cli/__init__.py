@@ -1,5 +1,5 @@
-"""``sandbox-kernel``: serve | stop | purge | gateway | doctor | image build/ls/rm | install |
-lab | ls | rm | exec | logs | usage | drain | mcp. ``sandbox-kernel COMMAND --help`` shows examples.
+"""The ``sandbox-kernel`` command: one subcommand per job (``sandbox-kernel --help`` lists
+them, ``sandbox-kernel COMMAND --help`` shows examples).
 
 Every command that talks to a server finds it as the kernel does (sandbox/service/endpoint.py):
 ``--url``, else ``--state-dir``'s socket, else SANDBOX_KERNEL_URL, else the state
@@ -18,18 +18,33 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from . import frontends, images, sandboxes, service
 
+DESCRIPTION = "Stateful, isolated Python sandboxes, and the Jupyter kernel that runs cells in them."
+
+
+def command_summary(sub: argparse._SubParsersAction) -> str:
+    """``serve | gateway | ... | image build/ls/inspect/rm | ...``, read from the registered
+    subcommands, so that the summary names every command there is and no other."""
+    names = []
+    for name, parser in sub.choices.items():
+        nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        names.append(f"{name} {'/'.join(nested[0].choices)}" if nested else name)
+    return " | ".join(names)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sandbox-kernel", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="sandbox-kernel",
                                      epilog="examples:\n  sandbox-kernel lab\n  sandbox-kernel ls\n"
                                             "  sandbox-kernel exec ID -- python -V\n  sandbox-kernel stop",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (service, images, frontends, sandboxes):
         group.register(sub)
+    summary = textwrap.fill(f"commands: {command_summary(sub)}", 90, subsequent_indent="  ", break_on_hyphens=False)
+    parser.description = f"{DESCRIPTION}\n\n{summary}\nsandbox-kernel COMMAND --help shows a command's options and examples."
     return parser
 
 

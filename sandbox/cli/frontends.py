@@ -13,7 +13,11 @@ from .common import add_state_dir, command, error, state_of
 def cmd_install(args) -> int:
     from kernel.install import install_kernelspecs
 
-    install_kernelspecs(user=args.user, sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image)
+    try:
+        install_kernelspecs(user=args.user, sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image)
+    except ValueError as exc:  # an image name no kernelspec can carry
+        error(str(exc))
+        return 2
     return 0
 
 
@@ -28,22 +32,30 @@ def cmd_mcp(args) -> int:
 
 
 def _lab_argv(args) -> list[str]:
+    """JupyterLab's command line. Its kernels get CurveZMQ keys where pyzmq has them (the
+    kernelspecs declare supported_encryption): their messages are encrypted on loopback
+    TCP, and ipykernel's "Kernel is running over TCP without encryption" is not printed
+    once per kernel. Arguments after ``--`` come last, so they override these."""
+    import zmq
+
     argv = [sys.executable, "-m", "jupyter", "lab", "--ip=127.0.0.1", f"--port={args.port}", "--no-browser"]
     if os.geteuid() == 0:
         argv.append("--allow-root")
+    if zmq.has("curve"):
+        argv.append("--MappingKernelManager.transport_encryption=auto")
     return argv + (args.lab_args[1:] if args.lab_args[:1] == ["--"] else args.lab_args)
 
 
 def cmd_lab(args) -> int:
     """Install the kernelspecs into this environment, run JupyterLab, and when it exits stop
     the sandbox server its kernels started (not one that was already running)."""
-    from kernel.install import TIERS, install_kernelspec, kernel_spec
+    from kernel.install import TIERS, install_kernelspec, is_current, kernel_spec
 
     from ..service import housekeeping
 
-    for isolation in TIERS:  # pip normally ships them already
-        name, _ = kernel_spec(isolation=isolation)
-        if not os.path.exists(os.path.join(sys.prefix, "share", "jupyter", "kernels", name, "kernel.json")):
+    for isolation in TIERS:  # pip normally ships them already; an older version's are replaced
+        name, spec = kernel_spec(isolation=isolation)
+        if not is_current(os.path.join(sys.prefix, "share", "jupyter", "kernels", name, "kernel.json"), spec):
             install_kernelspec(user=False, sys_prefix=True, isolation=isolation)
     state = state_of(args)
     env = dict(os.environ, SANDBOX_KERNEL_STATE_DIR=state.root)

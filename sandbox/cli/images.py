@@ -23,8 +23,12 @@ def cmd_image_build(args) -> int:
 
     requirements = None
     if args.requirements:
-        with open(args.requirements) as f:
-            requirements = f.read()
+        try:
+            with open(args.requirements) as f:
+                requirements = f.read()
+        except OSError as exc:
+            error(f"cannot read --requirements {args.requirements}: {exc.strerror} (give a pip requirements file)")
+            return 2
     preload = args.preload.split(",") if args.preload is not None else None
     try:
         with BuildProgress(sys.stderr) as progress:
@@ -58,10 +62,17 @@ def cmd_image_inspect(args) -> int:
         error(f"no image named {args.name!r} (sandbox-kernel image ls lists them)")
         return 1
     packages = image_packages.package_list(info)
-    if args.sbom:
-        with open(args.sbom, "w") as f:
-            f.write(image_packages.sbom(info))
-        print(f"CycloneDX SBOM of {args.name} ({len(packages)} packages) written to {args.sbom}", file=sys.stderr)
+    if args.sbom:  # the file is what was asked for: one line says where it went, no table unless --format
+        try:
+            with open(args.sbom, "w") as f:
+                f.write(image_packages.sbom(info))
+        except OSError as exc:
+            error(f"cannot write the SBOM to {args.sbom}: {exc.strerror} (choose another path)")
+            return 1
+        print(f"wrote the CycloneDX SBOM of image {args.name} ({len(packages)} packages) to {args.sbom}",
+              file=sys.stderr)
+        if args.format is None:
+            return 0
     if args.format == "json":
         fields = ("name", "base", "pip", "preload", "built_at", "size_bytes", "python_version", "hash")
         print(json.dumps({k: info.get(k) for k in fields} | {"package_list": packages}, indent=1))
@@ -88,13 +99,14 @@ def cmd_image_rm(args) -> int:
             tr.request("DELETE", f"/v1/images/{args.name}")
         except ServerUnavailable as exc:
             if not args.force:
-                error(f"{exc}\nnot removing image {args.name!r}: only the server knows whether a sandbox uses it "
-                      "(sandboxes outlive their server); start it, or pass --force to remove it anyway")
+                error(f"not removing image {args.name!r}: no server answers at {config.where} to say whether a "
+                      "sandbox uses it (sandboxes outlive their server); start it (sandbox-kernel serve), or pass "
+                      "--force to remove it anyway")
                 return 1
             try:
                 _store(args).remove(args.name, lambda name: 0)
             except ImageError as err:
-                error(str(err))
+                error(f"{err} (sandbox-kernel image ls lists them)")
                 return 1
             print(f"removed image {args.name} (--force: no server was asked whether a sandbox uses it)")
             return 0
@@ -106,7 +118,7 @@ def cmd_image_rm(args) -> int:
 
 
 def register(sub) -> None:
-    image = command(sub, "image", "build, list and remove images", """
+    image = command(sub, "image", "build, list, inspect and remove images", """
         sandbox-kernel image build                      # the default image
         sandbox-kernel image build datascience          # a shipped recipe
         sandbox-kernel image build stats --pip scipy statsmodels
@@ -131,8 +143,9 @@ def register(sub) -> None:
         sandbox-kernel image inspect default --format json
         sandbox-kernel image inspect default --sbom default.cdx.json""")
     p.add_argument("name")
-    p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("--sbom", metavar="FILE", help="write the image's CycloneDX SBOM (JSON) to FILE")
+    p.add_argument("--format", choices=["table", "json"], help="table (the default) or json; with --sbom, "
+                   "also print the list in this format")
+    p.add_argument("--sbom", metavar="FILE", help="write the image's CycloneDX SBOM (JSON) to FILE, saying where")
     add_state_dir(p)
     p.set_defaults(func=cmd_image_inspect)
     p = command(isub, "rm", "remove an image no sandbox uses (asks the state directory's server)",

@@ -55,7 +55,7 @@ def cmd_rm(args) -> int:
     from ..client import SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable, list_sandboxes
 
     if bool(args.ids) == bool(args.all):
-        error("name the sandboxes to delete, or --all (not both)")
+        error("name the sandboxes to delete (sandbox-kernel rm ID...) or give --all, not both")
         return 2
     config = server(args)
     if config is None:
@@ -74,7 +74,7 @@ def cmd_rm(args) -> int:
                 tr.request("DELETE", f"/v1/sandboxes/{sandbox_id}")
                 print(f"deleted {sandbox_id}")
             except SandboxNotFound:
-                error(f"no sandbox {sandbox_id} on the sandbox server at {config.where}")
+                error(f"no sandbox {sandbox_id} on the sandbox server at {config.where} (sandbox-kernel ls lists them)")
                 failed += 1
             except SandboxGone as exc:
                 print(f"{exc} (nothing to delete)")
@@ -90,7 +90,7 @@ def cmd_rm(args) -> int:
 def cmd_exec(args) -> int:
     """A command in a sandbox, its output streamed as written; our exit status is its own
     (128 + the signal when one ended it, 1 when the sandbox ended under it)."""
-    from ..client import Sandbox, SandboxError
+    from ..client import Sandbox, SandboxError, SandboxNotFound
 
     config = server(args)
     if config is None:
@@ -105,6 +105,9 @@ def cmd_exec(args) -> int:
                                   timeout=args.timeout, stdin=None if sys.stdin.isatty() else sys.stdin.buffer.read(),
                                   on_stdout=lambda text: (sys.stdout.write(text), sys.stdout.flush()),
                                   on_stderr=lambda text: (sys.stderr.write(text), sys.stderr.flush()))
+    except SandboxNotFound:
+        error(f"no sandbox {args.id} on the sandbox server at {config.where} (sandbox-kernel ls lists them)")
+        return 1
     except SandboxError as exc:
         error(str(exc))
         return 1
@@ -122,48 +125,63 @@ def _when(value) -> str:
     return f"{value} ({human.relative(value)})"
 
 
-def _log_sections(state, sandbox_id: str) -> list[tuple[str, list[str]]]:
+def _log_sections(state, sandbox_id: str) -> tuple[list[tuple[str, list[str]]], list[str]]:
     """What this machine knows of a sandbox, oldest layer first: the server log's lines
-    naming it, its supervisor's log, its runtime's log, and its recorded state."""
+    naming it, its supervisor's log, its runtime's log, and its recorded state; and the
+    files among them that exist but could not be read (a root server's, read by a user)."""
     d = state.sandbox(sandbox_id)
-    sections = []
-    try:
-        with open(os.path.join(state.root, "server.log"), "rb") as f:
-            sections.append(("server.log", [human.terminal_text(line.rstrip(b"\n")) for line in f
-                                            if sandbox_id.encode() in line]))
-    except OSError:
-        pass
-    for name in ("supervisor.log", "runtime.log"):
+    sections, unreadable = [], []
+
+    def lines_of(path: str, keep=lambda line: True) -> list[str] | None:
         try:
-            with open(os.path.join(d, name), "rb") as f:
-                sections.append((name, [human.terminal_text(line) for line in f.read().splitlines()]))
-        except OSError:
-            pass
-    record = statefile.read_json(os.path.join(d, "state.json"))
+            with open(path, "rb") as f:
+                return [human.terminal_text(line.rstrip(b"\n")) for line in f if keep(line)]
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            unreadable.append(f"{path} ({exc.strerror})")
+            return None
+
+    found = lines_of(os.path.join(state.root, "server.log"), lambda line: sandbox_id.encode() in line)
+    if found is not None:
+        sections.append(("server.log", found))
+    for name in ("supervisor.log", "runtime.log"):
+        found = lines_of(os.path.join(d, name))
+        if found is not None:
+            sections.append((name, found))
+    state_file = os.path.join(d, "state.json")
+    if os.path.exists(state_file) and not os.access(state_file, os.R_OK):
+        unreadable.append(f"{state_file} (Permission denied)")
+    record = statefile.read_json(state_file)
     if record:
         keys = ("state", "dead_reason", "created_at", "expires_at", "execution_count")
         sections.append(("state.json", [f"{k}: {_when(record[k]) if k.endswith('_at') else record[k]}"
                                         for k in keys if record.get(k) is not None]))
-    return sections
+    return sections, unreadable
 
 
 def cmd_logs(args) -> int:
-    """A sandbox's logs, read from the state directory (this machine only)."""
+    """A sandbox's logs, read from the state directory (this machine only). A log that is
+    there but cannot be read is an error (exit status 1), never a silent gap."""
     state = state_of(args)
+    if os.path.isdir(state.root) and not os.access(state.root, os.R_OK | os.X_OK):
+        error(f"{state.root} is not readable by you (a root server's state directory: run as root)")
+        return 1
     if not os.path.isdir(state.sandbox(args.id)):
         error(f"no sandbox {args.id} in {state.root} (`sandbox-kernel ls` lists the live ones; an ended "
               "sandbox's directory goes after a while)")
         return 1
-    try:
-        sections = _log_sections(state, args.id)
-    except PermissionError as exc:
-        error(f"{exc.filename} is not readable by you (a root server's sandbox: run as root)")
-        return 1
+    sections, unreadable = _log_sections(state, args.id)
     for name, lines in sections:
         lines = lines[-args.tail:] if args.tail else lines
         print(f"== {name}" + ("" if lines else " (empty)"))
         if lines:
             print("\n".join(lines))
+    if unreadable:
+        error(f"cannot read {', '.join(unreadable)}: run as the server's user (root, for a root server)")
+        return 1
+    if not sections:
+        print(f"nothing logged of {args.id} in {state.root} yet")
     return 0
 
 
@@ -192,10 +210,14 @@ def cmd_usage(args) -> int:
               "(its records are not in this report)")
     records = answer["records"]
     rows, columns = (records, report.RECORD_COLUMNS) if args.records else (report.summarise(records), report.COLUMNS)
+    rows = [report.tidy(row) for row in rows]
+    if rows:
+        print(report.staleness(records), file=sys.stderr)
     if args.format != "table":
         print(report.render(rows, args.format, columns), end="" if args.format == "csv" else "\n")
     elif not rows:
-        print("no usage recorded" + (f" since {since}" if since else ""), file=sys.stderr)
+        print(f"no usage recorded on {config.where}" + (f" since {since}" if since else "")
+              + " (each sandbox records its own as it runs)", file=sys.stderr)
     else:
         shown = report.columns_of(rows, columns)
         print(human.table([c.upper() for c in shown], [[_usage_cell(c, row.get(c)) for c in shown] for row in rows],

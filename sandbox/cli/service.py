@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -30,12 +31,12 @@ def _config_from(args):
         try:
             kwargs["unsafe_test_only_layers_off"] = parse(args.unsafe_test_only_layers_off)
         except ValueError as exc:
-            raise SystemExit(f"--unsafe-test-only-layers-off: {exc}") from None
+            raise SystemExit(f"error: --unsafe-test-only-layers-off: {exc}") from None
     pools = {}
     for item in getattr(args, "pool_image", None) or []:
         name, _, count = item.partition("=")
         if not count.isdigit():
-            raise SystemExit(f"--pool-image wants NAME=COUNT, got {item!r}")
+            raise SystemExit(f"error: --pool-image wants NAME=COUNT (e.g. stats=2), got {item!r}")
         pools[name] = int(count)
     if pools:
         kwargs["pool_sizes"] = pools
@@ -44,8 +45,10 @@ def _config_from(args):
         name, sep, value = item.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or name not in traits:
-            raise SystemExit(f"--set wants NAME=VALUE with NAME one of the server's settings "
-                             f"({', '.join(sorted(traits))}), got {item!r}")
+            close = difflib.get_close_matches(name, traits, n=3)
+            raise SystemExit(f"error: --set wants NAME=VALUE with NAME one of the server's settings, got {item!r} ("
+                             + (f"did you mean {' or '.join(close)}? " if close else "")
+                             + f"the settings: {', '.join(sorted(traits))})")
         try:
             kwargs[name] = traits[name].from_string(value)
         except Exception as exc:

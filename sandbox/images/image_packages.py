@@ -79,6 +79,7 @@ def sbom(image: dict) -> str:
     bom.metadata.timestamp = datetime.strptime(image["built_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
     bom.metadata.component = Component(name=image["name"], version=image.get("hash") or "unknown",
                                        type=ComponentType.CONTAINER, bom_ref=f"image:{image['name']}")
+    image_component = bom.metadata.component
     for package in package_list(image):
         purl_name = package["name"].lower().replace("_", "-")  # the purl spec's pypi normalisation
         refs = []
@@ -88,5 +89,8 @@ def sbom(image: dict) -> str:
             name=package["name"], version=package["version"], type=ComponentType.LIBRARY,
             purl=PackageURL(type="pypi", name=purl_name, version=package["version"]),
             bom_ref=f"pypi:{purl_name}@{package['version']}", external_references=refs))
+    # The image is made of its packages: a complete dependency graph (the library warns of an
+    # incomplete one, and a reader of the SBOM cannot tell what the image holds without it).
+    bom.register_dependency(image_component, bom.components)
     return JsonV1Dot5(bom).output_as_string(indent=1)
 

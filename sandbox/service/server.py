@@ -158,6 +158,22 @@ def _protections(config: ServiceConfig, out) -> list[dict] | None:
     return items
 
 
+def _what_to_do_instead(config: ServiceConfig, state: StateDir) -> str:
+    """The next step when this state directory's server runs already (``lab``'s embedded one,
+    say): use it, or, when TCP was asked and it has none, stop it or serve another directory."""
+    running = housekeeping.running_server(state)
+    if running is None:
+        return ""
+    where = "" if state.root == StateDir.default().root else f" --state-dir {state.root}"
+    if config.tcp is None or running.get("url"):
+        also = f" and {running['url']}" if running.get("url") else ""
+        return (f"{also} (pid {running['pid']}): use that one (sandbox-kernel ls{where}), "
+                f"or stop it first (sandbox-kernel stop{where})")
+    return (f" (pid {running['pid']}), on its socket only: for one on TCP too, stop it (sandbox-kernel "
+            f"stop{where}) and run this again (kernels, `lab`'s too, then use this one), or serve another "
+            "state directory (--state-dir DIR)")
+
+
 def _listen_and_prepare(config: ServiceConfig, state: StateDir, items: list[dict], out):
     """Bind the sockets (before the image build: a second server for this state directory
     learns at once that there is one, and a kernel's socket is there to wait on), then
@@ -165,7 +181,10 @@ def _listen_and_prepare(config: ServiceConfig, state: StateDir, items: list[dict
     tcp = config.tcp
     try:
         listeners = [bind_unix(state.socket_file, 0o666 if config.multi_user else 0o600)]
-    except (AlreadyServing, EndpointError, OSError) as exc:
+    except AlreadyServing as exc:
+        out(f"not starting: {exc}{_what_to_do_instead(config, state)}")
+        return None
+    except (EndpointError, OSError) as exc:
         out(f"not starting: {exc}")
         return None
     socket_inode = os.stat(state.socket_file).st_ino

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 
 GROUP_BY = ("owner", "image", "day")
 SUMMED = ("cpu_seconds", "memory_gib_hours", "disk_gib_hours", "egress_bytes_in", "egress_bytes_out", "executes",
@@ -19,6 +19,11 @@ COLUMNS = GROUP_BY + ("sandboxes",) + SUMMED + ("memory_peak_bytes",)
 # One sandbox per line (``--records``); "node" when the records came through a gateway.
 RECORD_COLUMNS = ("node", "sandbox_id", "owner", "image", "tier", "created_at", "ended_at", "end_reason") + SUMMED + (
     "memory_peak_bytes",)
+# Columns that count things (the store keeps every total as REAL): shown as integers.
+COUNTED = ("sandboxes", "executes", "commands", "egress_bytes_in", "egress_bytes_out", "memory_peak_bytes",
+           "memory_mb", "disk_mb", "pids")
+# Decimals kept of a measure: the float sums' noise (2723.822000000001 s) is no figure of ours.
+DECIMALS = {"_seconds": 2, "_gib_hours": 6}
 
 
 def parse_since(text: str | None) -> str | None:
@@ -48,6 +53,39 @@ def summarise(records: list[dict], by: tuple[str, ...] = GROUP_BY) -> list[dict]
     return [rows[key] for key in sorted(rows)]
 
 
+def tidy(row: dict) -> dict:
+    """The row as a report shows it: counts as integers, times and GiB-hours rounded."""
+    out = dict(row)
+    for name, value in row.items():
+        if not isinstance(value, float):
+            continue
+        if name in COUNTED:
+            out[name] = int(round(value))
+        for suffix, decimals in DECIMALS.items():
+            if name.endswith(suffix):
+                out[name] = round(value, decimals)
+    return out
+
+
+def staleness(records: list[dict], now: datetime | None = None) -> str:
+    """How old a report's figures can be, in a line: a live sandbox's supervisor writes its
+    record every ``usage_record_seconds`` (60 by default), so its figures lag its use by up
+    to that (and one younger than that has none yet); an ended sandbox's are final."""
+    times = []
+    for record in records:
+        if record.get("ended_at") or not record.get("updated_at"):
+            continue
+        try:
+            when = datetime.fromisoformat(record["updated_at"].replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        times.append(when if when.tzinfo else when.replace(tzinfo=timezone.utc))
+    now = now or datetime.now(timezone.utc)
+    oldest = f"; the oldest here was written {int((now - min(times)).total_seconds())} s ago" if times else ""
+    return ("live sandboxes' figures are as of their last record, written every usage_record_seconds (60 s "
+            f"unless the server sets another), so they lag by up to that{oldest}; ended sandboxes' are final")
+
+
 def columns_of(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> list[str]:
     """The columns of ``columns`` that the rows have (a record through a gateway has "node")."""
     return [c for c in columns if any(c in row for row in rows)] if rows else list(columns)
@@ -56,6 +94,7 @@ def columns_of(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> list[str
 def render(rows: list[dict], fmt: str, columns: tuple[str, ...] = COLUMNS) -> str:
     """``rows`` (sums, or records with RECORD_COLUMNS) as CSV or JSON; the terminal's table
     is the CLI's (sandbox/cli/sandboxes.py)."""
+    rows = [tidy(row) for row in rows]
     if fmt == "json":
         return json.dumps(rows, indent=1)
     out = io.StringIO()

@@ -194,8 +194,13 @@ def test_image_inspect_and_its_cyclonedx_sbom(sandbox_server, tiny_image, tmp_pa
     assert sbom["bomFormat"] == "CycloneDX" and sbom["metadata"]["component"]["name"] == "tiny"
     purls = {c["purl"] for c in sbom["components"]}
     assert purls == {f"pkg:pypi/{p['name'].lower().replace('_', '-')}@{p['version']}" for p in packages}
-    assert inspect("--sbom", str(tmp_path / "b.cdx.json")).returncode == 0
-    assert (tmp_path / "b.cdx.json").read_text() == sbom_text  # the same document every time
+    [image_ref] = [d for d in sbom["dependencies"] if d["ref"] == "image:tiny"]
+    assert len(image_ref["dependsOn"]) == len(packages)  # the image is made of its packages: a complete graph
+    alone = inspect("--sbom", str(tmp_path / "b.cdx.json"))
+    assert alone.returncode == 0 and (tmp_path / "b.cdx.json").read_text() == sbom_text  # the same every time
+    # Only the file was asked for: one line says where it went; no table, no library warning.
+    assert alone.stdout == "" and alone.stderr == (f"wrote the CycloneDX SBOM of image tiny ({len(packages)} "
+                                                   f"packages) to {tmp_path / 'b.cdx.json'}\n"), alone
     table = inspect().stdout.splitlines()
     assert table[1].split() == ["NAME", "VERSION", "LAYER", "SOURCE"]
     missing = subprocess.run([sys.executable, "-m", "sandbox", "image", "inspect", "nope", "--state-dir",

@@ -58,6 +58,9 @@ def test_kernel_info(kc):
     # Subshells would run cells concurrently against one sandbox, which runs one at a time:
     # the kernel has no shell-channel thread and must not offer them.
     assert "kernel subshells" not in info.get("supported_features", [])
+    # Nor a debugger: the cells run in the sandbox (asking debugpy would also print its
+    # "frozen modules" lines into lab's terminal; tests/cli/test_lab_terminal.py).
+    assert "debugger" not in info["supported_features"]
 
 
 def test_state_survives_between_cells(kc):

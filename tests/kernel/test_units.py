@@ -326,3 +326,21 @@ def test_sandbox_report_says_asleep_and_when_a_running_one_sleeps():
     assert "running, sleeps at 2026-12-05 05:10:00 UTC if no cell comes" in state_row(up)
     never = SandboxInfo.from_dict({"id": "sbx-n", "state": "running", "sleeps_at": None})
     assert state_row(never).split() == ["state", "running"]
+
+
+def test_an_installed_kernelspec_is_current_but_for_its_interpreter(tmp_path: pathlib.Path):
+    """What `lab` checks before running JupyterLab: pip's shipped copy (argv "python") is the
+    current spec; an older version's (no supported_encryption: a plaintext-TCP warning per
+    kernel) or a missing one is replaced."""
+    from kernel.install import is_current
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for isolation, shipped in ((None, root / "kernelspec"), ("gvisor", root / "kernelspec" / "gvisor")):
+        _, spec = kernel_spec(isolation=isolation)
+        assert spec["metadata"]["supported_encryption"] == ["curve"]
+        assert is_current(str(shipped / "kernel.json"), spec)
+        older = json.loads((shipped / "kernel.json").read_text())
+        older["metadata"].pop("supported_encryption")
+        (tmp_path / "kernel.json").write_text(json.dumps(older))
+        assert not is_current(str(tmp_path / "kernel.json"), spec)
+    assert not is_current(str(tmp_path / "missing.json"), kernel_spec()[1])

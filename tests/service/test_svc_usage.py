@@ -145,12 +145,24 @@ def test_usage_route_and_report(sandbox_server, api, run):
     listed = _cli(sandbox_server, "usage", "--records", "--format", "json", "--since", record["created_at"][:10])
     assert listed.returncode == 0, listed.stderr
     assert [r["executes"] for r in json.loads(listed.stdout) if r["sandbox_id"] == sandbox_id] == [2]
+    live = support.create(api)["id"]  # a live sandbox's figures lag its use: the report says by how much
     summed = _cli(sandbox_server, "usage", "--format", "csv")
     assert summed.returncode == 0, summed.stderr
     rows = list(csv.DictReader(io.StringIO(summed.stdout)))
     everything = api.get("/v1/usage").json()["records"]
-    assert sum(int(float(r["executes"])) for r in rows) == sum(r["executes"] for r in everything)
+    # The control: the store keeps every total as REAL, so the API's counts are floats (2.0).
+    assert any(isinstance(r["executes"], float) for r in everything)
+    # The report counts in integers and rounds times (no "90.0", no "2723.822000000001").
+    assert all(r[c].isdigit() for r in rows for c in ("sandboxes", "executes", "commands")), rows
+    assert all(len(r["alive_seconds"].partition(".")[2]) <= 2 for r in rows), rows
+    assert sum(int(r["executes"]) for r in rows) == sum(r["executes"] for r in everything)
     assert sum(int(r["sandboxes"]) for r in rows) == len(everything)
+    assert "usage_record_seconds" in summed.stderr and "lag by up to" in summed.stderr, summed.stderr
+    table = _cli(sandbox_server, "usage")
+    header, *lines = table.stdout.splitlines()
+    end = header.index("EXECUTES") + len("EXECUTES")  # numbers are aligned right under their header
+    assert all(line[:end].split()[-1].isdigit() for line in lines), table.stdout
+    api.delete(f"/v1/sandboxes/{live}")
     refused = _cli(sandbox_server, "usage", "--since", "yesterday")
     assert refused.returncode == 2 and "give a date" in refused.stderr
 

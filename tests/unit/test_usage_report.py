@@ -75,6 +75,29 @@ def test_the_report_as_csv_and_json():
     assert [r["sandbox_id"] for r in records] == ["a", "b", "c", "d"] and "node" not in records[0]
 
 
+def test_the_report_counts_in_integers_and_rounds_times():
+    """The store keeps totals as REAL: a report shows counts as integers and times without
+    the float sums' noise, in CSV and JSON alike."""
+    noisy = [_row("a", executes=90.0, commands=0.0, alive_seconds=2723.822000000001, cpu_seconds=0.1 + 0.2,
+                  memory_gib_hours=1 / 3, memory_peak_bytes=1.0e6)]
+    [row] = list(csv.DictReader(io.StringIO(report.render(report.summarise(noisy), "csv"))))
+    assert (row["executes"], row["commands"], row["sandboxes"]) == ("90", "0", "1")
+    assert (row["alive_seconds"], row["cpu_seconds"], row["memory_gib_hours"]) == ("2723.82", "0.3", "0.333333")
+    assert row["memory_peak_bytes"] == "1000000"
+    [record] = json.loads(report.render(noisy, "json", report.RECORD_COLUMNS))
+    assert record["executes"] == 90 and isinstance(record["executes"], int)
+    assert report.tidy({"owner": "ana", "executes": 3}) == {"owner": "ana", "executes": 3}  # nothing else changes
+
+
+def test_the_report_says_how_old_live_figures_can_be():
+    from datetime import datetime, timezone
+
+    now = datetime(2026, 12, 1, 10, 0, 45, tzinfo=timezone.utc)
+    line = report.staleness([_row("live"), _row("ended", ended_at="2026-12-01T10:00:30Z")], now)
+    assert "usage_record_seconds" in line and "written 45 s ago" in line and "final" in line
+    assert "ago" not in report.staleness([_row("ended", ended_at="2026-12-01T10:00:30Z")], now)
+
+
 def test_since_is_checked():
     assert report.parse_since("2026-12-01") == "2026-12-01"
     assert report.parse_since("2026-12-01T08:00:00Z") == "2026-12-01T08:00:00Z"
