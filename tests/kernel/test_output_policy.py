@@ -205,6 +205,18 @@ def test_latex_is_mathml_in_a_frame_and_its_plain_text_unchanged():
     assert "<code>\\frac{</code>" in page_view(unreadable.data["text/html"]).tags[0][1]["srcdoc"]
 
 
+def test_latex_source_stays_beside_its_frame_for_exports():
+    source = r"$\displaystyle \int_0^1 x\,dx$"
+    out = filter_bundle({"text/latex": source, "text/plain": "Integral(x, (x, 0, 1))"}, {})
+    assert out.data["text/latex"] == source, "nbconvert --to latex reads it"
+    assert "text/html" in out.data, "the page shows the frame: JupyterLab prefers text/html to text/latex"
+    # A bundle with HTML of its own frames the HTML, and still keeps the LaTeX for exports.
+    both = filter_bundle({"text/html": "<b>x</b>", "text/latex": source}, {})
+    assert both.data["text/latex"] == source and "&lt;b&gt;x" in both.data["text/html"]
+    # A LaTeX value that is not text is not kept.
+    assert "text/latex" not in filter_bundle({"text/latex": 1, "text/plain": "x"}, {}).data
+
+
 # --------------------------------------------------------------------------- withheld types
 
 
