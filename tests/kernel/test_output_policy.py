@@ -17,6 +17,7 @@ from kernel import frames
 from kernel.config import SandboxSettings
 from kernel.lifecycle import SandboxLifecycle
 from kernel.output_policy import POLICY, filter_bundle, filter_transient
+from kernel.notes import is_note
 from kernel.outputs import CellMapper, event_to_messages
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 40).decode() + "\n"  # IPython ends it with a newline
@@ -291,10 +292,10 @@ def test_cell_mapper_filters_every_display_message_kind():
     assert_isolated_frame(content["data"]["text/html"], "top.owned=1")
 
 
-def test_a_refused_image_is_noted_on_stderr():
+def test_a_refused_image_is_noted_as_a_note_not_on_stderr():
     messages = event_to_messages({"type": "display_data", "data": {"image/png": JPEG, "text/plain": "<Figure>"}})
-    assert [kind for kind, _ in messages] == ["display_data", "stream"]
-    assert messages[1][1]["name"] == "stderr" and "not a PNG" in messages[1][1]["text"]
+    assert [kind for kind, _ in messages] == ["display_data", "display_data"]
+    assert is_note(messages[1][1]) and "not a PNG" in messages[1][1]["data"]["text/plain"]
 
 
 def test_pass_through_sends_bundles_as_they_came():
