@@ -238,6 +238,7 @@ class CellRunner:
                 allow_stdin=out.allow_stdin,
                 user_expressions=out.user_expressions or None,
                 msg_id=out.msg_id,
+                stream_limit=self.settings.stream_limit or None,
             )
         finally:
             if cell is not None:

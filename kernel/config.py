@@ -104,14 +104,28 @@ class SandboxSettings(Configurable):
         help="Network for the sandbox through the server's egress proxy, e.g. "
         '{"allow": ["api.example.org"], "secrets": ["API_KEY"], "pip": true} (env SANDBOX_KERNEL_EGRESS, '
         "JSON); unset: no network at all.",
-    ).tag(config=True)
+    ).tag(config=True, env="SANDBOX_KERNEL_EGRESS")
 
     execute_timeout = Float(
         None,
         allow_none=True,
         help="Seconds a cell may run before it is interrupted (env SANDBOX_KERNEL_TIMEOUT); "
-        "unset: the server's default.",
-    ).tag(config=True)
+        "unset: the server's default (600 s unless configured otherwise). %sandbox timeout SECONDS changes it "
+        "for a running kernel, variables kept; a cell stopped by it says so.",
+    ).tag(config=True, env="SANDBOX_KERNEL_TIMEOUT")
+
+    stream_limit = Integer(
+        1024 * 1024,
+        help="Bytes of printed text (stdout and stderr) one cell sends to the notebook; the rest is dropped in "
+        "the sandbox, and the cell ends with a note saying how much and how to get all of it (write it to a "
+        "file, then %pull it) (env SANDBOX_KERNEL_STREAM_LIMIT). Below the Jupyter server's IOPub rate limit "
+        "(1 MB/s over 3 s), which would otherwise drop output silently; 0: no limit of the kernel's own.",
+    ).tag(config=True, env="SANDBOX_KERNEL_STREAM_LIMIT")
+
+    @default("stream_limit")
+    def _stream_limit_default(self) -> int:
+        value = env_value("SANDBOX_KERNEL_STREAM_LIMIT", int)
+        return 1024 * 1024 if value is None else value
 
     start_server = Bool(
         None,
