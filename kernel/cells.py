@@ -124,6 +124,11 @@ class _Host:
             text += f"; {old} is left as it was until its TTL ends it (%sandbox attach {old} takes it back)"
         return text + "\n"
 
+    def cell_timeout(self, seconds: float | None = None) -> float | None:
+        if seconds is not None:
+            self._life.settings.execute_timeout = seconds
+        return self._life.settings.execute_timeout
+
     async def list_sandboxes(self) -> str:
         config = self._life.config()
         infos = await AsyncSandbox.list(config=config)
