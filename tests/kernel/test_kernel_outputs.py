@@ -14,6 +14,9 @@ import pytest
 
 from tests.support import run_cell
 
+# Each starts a kernel of its own (the settings differ) and runs seconds of cells.
+pytestmark = pytest.mark.slow
+
 MiB = 1024 * 1024
 
 
@@ -21,7 +24,6 @@ def stream_bytes(run) -> int:
     return sum(len(m["content"]["text"].encode()) for m in run.of_type("stream"))
 
 
-@pytest.mark.slow
 def test_a_30_mb_print_is_cut_in_the_sandbox_with_a_note(start_kernel):
     km, kc = start_kernel()
     run = run_cell(kc, "print('x' * 30_000_000)", timeout=120)
