@@ -37,7 +37,8 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
 BENCHMARKS = ["trivial_cell", "first_result", "create", "followup", "files", "density", "concurrency", "load", "edge",
               "big_print"]
-NUMBER = dict(zip(BENCHMARKS, ["1", "2", "3", "4", "5", "6a", "6b", "7", "8", "10"]))  # 9: bench.gvisor_bench  # as in README.md
+# As in README.md (9 is bench.gvisor_bench, a script of its own).
+NUMBER = dict(zip(BENCHMARKS, ["1", "2", "3", "4", "5", "6a", "6b", "7", "8", "10"]))
 
 FULL = {
     "trivial_cell": {"reps": 200, "warmup": 20},

@@ -163,10 +163,10 @@ def timeout_notice(done: dict[str, t.Any] | None) -> str | None:
     """After a cell its time limit stopped: which setting raises that limit."""
     if (done or {}).get("reason") not in (V.TIMEOUT_INTERRUPTED, V.TIMEOUT_KILLED):
         return None
-    return ("[sandbox: a cell may run for as long as the kernel's execute_timeout allows (unset: the server's "
-            "default, 600 s unless configured otherwise). %sandbox timeout SECONDS raises it for the cells that follow; "
-            "SANDBOX_KERNEL_TIMEOUT=SECONDS in the kernel's environment, or --SandboxKernel.execute_timeout, "
-            "for kernels started afterwards]\n")
+    return ("[sandbox: a cell may run for as long as the kernel's execute_timeout allows (unset: the "
+            "server's default, 600 s unless configured otherwise). %sandbox timeout SECONDS raises it for the "
+            "cells that follow; SANDBOX_KERNEL_TIMEOUT=SECONDS in the kernel's environment, or "
+            "--SandboxKernel.execute_timeout, for kernels started afterwards]\n")
 
 
 def died_reason(done: dict[str, t.Any]) -> str:
