@@ -24,8 +24,9 @@ from .failure import CellFailure
 from .keeping import life_left
 from .host import host_cells_enabled, is_host_cell
 from .magics import run_magic, split_cell
+from .notes import show_note
 from .channels import input_prompt, reply_payload, reply_user_expressions
-from .outputs import CellMapper, died_reason, error_reply, ok_reply
+from .outputs import CellMapper, died_reason, error_reply, ok_reply, timeout_notice
 from .report import sandbox_table
 from .server import ServerStartError
 from .widgets import CommMessage
@@ -123,6 +124,11 @@ class _Host:
             text += f"; {old} is left as it was until its TTL ends it (%sandbox attach {old} takes it back)"
         return text + "\n"
 
+    def cell_timeout(self, seconds: float | None = None) -> float | None:
+        if seconds is not None:
+            self._life.settings.execute_timeout = seconds
+        return self._life.settings.execute_timeout
+
     async def list_sandboxes(self) -> str:
         config = self._life.config()
         infos = await AsyncSandbox.list(config=config)
@@ -184,7 +190,7 @@ class CellRunner:
                     raise CellFailure("ServerUnavailable", exc.message) from None
                 if deadline is None:
                     deadline = time.monotonic() + self.settings.reconnect_timeout
-                    out.stream("stderr", "sandbox server unreachable, retrying…\n")
+                    show_note(out, "sandbox server unreachable, retrying…")
                 await self._wait_for_server(exc, deadline)
             except SandboxError as exc:
                 raise CellFailure(type(exc).__name__, exc.message) from None
@@ -237,6 +243,7 @@ class CellRunner:
                 allow_stdin=out.allow_stdin,
                 user_expressions=out.user_expressions or None,
                 msg_id=out.msg_id,
+                stream_limit=self.settings.stream_limit or None,
             )
         finally:
             if cell is not None:
@@ -248,9 +255,9 @@ class CellRunner:
             reply["user_expressions"] = reply_user_expressions(execution.user_expressions, self.outputs_passthrough)
         for msg_type, content in owed:
             out.send(msg_type, content)
-        note = usage_note.after_cell(mapper.done, usage_note.memory_limit(sbx))
-        if note and not silent:
-            out.stream("stderr", note)
+        for note in (usage_note.after_cell(mapper.done, usage_note.memory_limit(sbx)), timeout_notice(mapper.done)):
+            if note and not silent:
+                show_note(out, note)
         if execution.execution_count is not None:
             self.last_count = execution.execution_count
         if mapper.sandbox_gone:
@@ -271,7 +278,7 @@ class CellRunner:
                 if relayed.message is not None:
                     out.comm(relayed.message)
                 for note in relayed.notes:
-                    out.stream("stderr", note)
+                    show_note(out, note)
             else:
                 for msg_type, content in mapper.feed(event):
                     out.send(msg_type, content)

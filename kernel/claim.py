@@ -27,6 +27,7 @@ from sandbox.runtime import vocabulary as V
 
 from . import binding
 from .failure import CellFailure
+from .notes import show_note
 from .outputs import gone_notice
 from .server import ServerStartError, ensure_server
 
@@ -189,7 +190,7 @@ class SandboxClaim:
             self._adopt(sbx)
         if self._pending_notice and not out.silent:
             # Told in the first cell that shows output, once.
-            out.stream("stderr", self._pending_notice)
+            show_note(out, self._pending_notice)
             self._pending_notice = None
         return t.cast(AsyncSandbox, self._sandbox)
 

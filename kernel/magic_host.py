@@ -17,7 +17,8 @@ HELP = {
     "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits, what it uses (memory, CPU, disk), isolation and "
                "egress policy; %sandbox packages: the packages of its image, with versions; %sandbox list: your "
                "sandboxes and the notebooks they belong to; %sandbox new: a fresh sandbox (this one is deleted); "
-               "%sandbox attach ID: take sandbox ID (resumed if paused)",
+               "%sandbox attach ID: take sandbox ID (resumed if paused); %sandbox timeout [SECONDS]: show or set how "
+               "long a cell may run (execute_timeout)",
     "ttl": "%ttl: show the time left; %ttl renew: restart the countdown at the current TTL; "
            "%ttl extend SECONDS: expire that far from now, once (the TTL each cell renews to is unchanged); "
            "%ttl set SECONDS: change the TTL each cell renews to",
@@ -52,3 +53,6 @@ class MagicHost(t.Protocol):
     async def attach_sandbox(self, sandbox_id: str) -> str: ...
 
     async def list_sandboxes(self) -> str: ...
+
+    def cell_timeout(self, seconds: float | None = None) -> float | None:
+        """The kernel's execute_timeout (None: the server's default), set first if given."""

@@ -12,7 +12,8 @@ one decision, the table below (README shows the same table):
 - active types (HTML, JavaScript, SVG, Markdown) are shown in an isolated frame
   (`kernel/frames.py`): scripts run there, with no access to the page or the server;
   LaTeX too, converted to MathML in the kernel (`kernel/mathml.py`), never typeset by the
-  page's MathJax;
+  page's MathJax; its source stays in the bundle beside that `text/html` (which every
+  frontend that has it prefers) for nbconvert's LaTeX and PDF exports;
 - a widget view (`application/vnd.jupyter.widget-view+json`) passes as a model id and
   version numbers only: JupyterLab then renders that model with widget code it has
   installed, from state the kernel filtered (`kernel/widgets.py`);
@@ -44,6 +45,7 @@ FRAME = "isolated frame"
 WITHHOLD = "withheld"
 WIDGET_VIEW = "pass as a model id and version numbers"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+LATEX = "text/latex"
 
 # Magic numbers of the passive image types.
 IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
@@ -166,6 +168,11 @@ def filter_bundle(data: t.Any, metadata: t.Any, passthrough: bool = False) -> Fi
             break
     if framed is not None:
         kept["text/html"] = framed_html(framed, data[framed])
+        if isinstance(data.get(LATEX), str):
+            # Kept for what reads the saved notebook (nbconvert to LaTeX and PDF, other
+            # tools), never for the page: JupyterLab shows `text/html` first whenever a
+            # bundle has it, trusted or not, so its MathJax never typesets this source.
+            kept[LATEX] = data[LATEX]
     if not kept:
         refused = withheld + [m for m in data if decision(m) == CHECK_IMAGE]
         kept["text/plain"] = f"[output not shown: {', '.join(refused) or 'empty'} from the sandbox cannot be shown safely]"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from sandbox.runtime import vocabulary as V
 
+from .notes import note_message
 from .output_policy import filter_bundle, filter_transient
 
 Message = t.Tuple[str, t.Dict[str, t.Any]]
@@ -29,9 +30,11 @@ def event_to_messages(
 ) -> list[Message]:
     """The Jupyter IOPub messages for one sandbox event: none for events with no Jupyter
     counterpart (`done`, and types newer than this kernel); for a display, the filtered
-    bundle and, on stderr, a note for each part that was refused."""
+    bundle and a note (`notes`) for each part that was refused."""
     kind = event.get("type")
     if kind == V.STREAM:
+        if event.get("note") is True:  # the runtime's or the server's word about the cell
+            return [note_message(str(event.get("text", "")).strip("\n"))]
         name = event.get("name") if event.get("name") in V.STREAM_NAMES else V.STDOUT
         return [("stream", {"name": name, "text": str(event.get("text", ""))})]
     if kind in (V.DISPLAY_DATA, V.UPDATE_DISPLAY_DATA, V.EXECUTE_RESULT):
@@ -46,7 +49,7 @@ def event_to_messages(
             if kind == V.UPDATE_DISPLAY_DATA and not content["transient"].get("display_id"):
                 # An update with nothing to update is shown rather than dropped.
                 kind = V.DISPLAY_DATA
-        notes = [("stream", {"name": "stderr", "text": f"{note}\n"}) for note in bundle.notes]
+        notes = [note_message(note) for note in bundle.notes]
         return [(kind, content), *notes]
     if kind == V.CLEAR_OUTPUT:
         return [("clear_output", {"wait": bool(event.get("wait", False))})]
@@ -154,6 +157,16 @@ def gone_notice(old_id: str, why: str, pushed: t.Sequence[str], new_id: str | No
         lines.append(f"Files pushed with %push are gone too ({shown}): push them again if this cell needs them.")
     lines.append(f"Running this cell in a new sandbox{' ' + new_id if new_id else ''}.")
     return "\n".join(lines) + "\n"
+
+
+def timeout_notice(done: dict[str, t.Any] | None) -> str | None:
+    """After a cell its time limit stopped: which setting raises that limit."""
+    if (done or {}).get("reason") not in (V.TIMEOUT_INTERRUPTED, V.TIMEOUT_KILLED):
+        return None
+    return ("[sandbox: a cell may run for as long as the kernel's execute_timeout allows (unset: the "
+            "server's default, 600 s unless configured otherwise). %sandbox timeout SECONDS raises it for the "
+            "cells that follow; SANDBOX_KERNEL_TIMEOUT=SECONDS in the kernel's environment, or "
+            "--SandboxKernel.execute_timeout, for kernels started afterwards]\n")
 
 
 def died_reason(done: dict[str, t.Any]) -> str:

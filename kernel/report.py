@@ -171,6 +171,9 @@ async def run_sandbox(args: list[str], host: MagicHost) -> None:
     if len(args) == 2 and args[0] == "attach":
         host.stdout(await host.attach_sandbox(args[1]))
         return
+    if args and args[0] == "timeout" and len(args) <= 2:
+        host.stdout(timeout_text(args[1:], host))
+        return
     if args:
         raise CellFailure("UsageError", HELP["sandbox"])
     sbx = await host.sandbox()
@@ -180,6 +183,23 @@ async def run_sandbox(args: list[str], host: MagicHost) -> None:
     else:
         where = f"%push/%pull only inside {host.airlock_root} (airlock_root)"
     host.stdout(describe(info, host.server_url, host.pushed, host.outputs_mode, where))
+
+
+def timeout_text(args: list[str], host: MagicHost) -> str:
+    """`%sandbox timeout [SECONDS]`: the cell time limit, raised or lowered for the cells that follow
+    without a new kernel (the variables stay)."""
+    seconds: float | None = None
+    if args:
+        try:
+            seconds = float(args[0])
+        except ValueError:
+            raise CellFailure("UsageError", f"%sandbox timeout: {args[0]!r} is not a number of seconds") from None
+        if not 0.1 <= seconds <= 14 * 86400:
+            raise CellFailure("UsageError", "%sandbox timeout: between 0.1 s and 14 days")
+    value = host.cell_timeout(seconds)
+    shown = "the server's default (600 s unless the server is configured otherwise)" if value is None \
+        else f"{value:g} s"
+    return f"cell timeout: {shown}" + (" from the next cell on\n" if args else "\n")
 
 
 async def run_ttl(args: list[str], host: MagicHost) -> None:

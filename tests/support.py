@@ -680,6 +680,13 @@ class CellRun:
         return self.stream("stderr")
 
     @property
+    def notes(self) -> str:
+        """The text of the kernel's notes in this cell (kernel/notes.py: display_data, not stderr)."""
+        from kernel.notes import is_note
+
+        return "".join(m["content"]["data"]["text/plain"] for m in self.of_type("display_data") if is_note(m["content"]))
+
+    @property
     def errors(self) -> list[dict[str, t.Any]]:
         return [m["content"] for m in self.of_type("error")]
 

@@ -446,6 +446,7 @@ class AsyncSandbox:
         allow_stdin: bool = False,
         user_expressions: dict[str, str] | None = None,
         msg_id: str | None = None,
+        stream_limit: int | None = None,
     ) -> Execution:
         """Run `code` and return what it produced; callbacks see each event as it arrives.
 
@@ -455,14 +456,15 @@ class AsyncSandbox:
 
         With `allow_stdin`, input() in the cell sends an `input_request` event (to
         `on_event`), answered with `answer_input`; `user_expressions` come back in
-        `Execution.user_expressions`; `msg_id` is what the cell sees as its parent message's
-        id (ipywidgets' Output widget captures output by it).
+        `Execution.user_expressions`; `msg_id` is the cell's parent message id (ipywidgets'
+        Output widget captures by it); `stream_limit` caps its stream text (docs/api.md).
         """
         execution = Execution()
         await self._transport.post_events(
             self._url("execute"),
             drop_none(code=code, timeout_seconds=timeout_seconds, silent=silent, store_history=store_history,
-                      allow_stdin=allow_stdin or None, user_expressions=user_expressions or None, msg_id=msg_id),
+                      allow_stdin=allow_stdin or None, user_expressions=user_expressions or None,
+                      msg_id=msg_id, stream_limit=stream_limit),
             execution,
             lambda event: execute_callbacks(event, on_stdout, on_stderr, on_display, on_result, on_error, on_event),
             "the cell",

@@ -30,11 +30,36 @@ class OutputBudget:
         self.lock = threading.Lock()  # held while an event is fitted, charged and sent
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, stream_limit: int | None = None) -> None:
         self.used = 0
         self.dropped = 0      # bytes of events dropped whole
         self.cut = 0          # events sent trimmed
         self.closing_sent: set[str] = set()  # answer events already sent (runtime.CLOSING_EVENTS)
+        # The caller's own, smaller cap on stream text (a notebook's kernel asks for one the
+        # Jupyter server's IOPub rate limit never reaches), and its count in bytes of text.
+        self.stream_limit = stream_limit
+        self.stream_used = 0
+        self.stream_dropped = 0
+
+    def take_stream(self, text: str) -> str | None:
+        """``text`` as far as the caller's stream limit still allows (all of it when there is
+        none), or None when nothing is left; what is cut off is counted. Past the limit the
+        text is counted, never encoded again or framed: the rest of a 30 MB print costs the
+        sandbox little more than reading it from the pipe."""
+        if self.stream_limit is None:
+            return text
+        room = self.stream_limit - self.stream_used
+        if room <= 0:
+            self.stream_dropped += len(text)  # characters: close enough for a note, and cheap
+            return None
+        raw = text.encode("utf-8", "replace")
+        if len(raw) <= room:
+            self.stream_used += len(raw)
+            return text
+        kept = raw[:room].decode("utf-8", "ignore")
+        self.stream_used = self.stream_limit
+        self.stream_dropped += len(raw) - len(kept.encode("utf-8"))
+        return kept or None
 
     @property
     def room(self) -> int:
@@ -42,7 +67,7 @@ class OutputBudget:
 
     @property
     def truncated(self) -> bool:
-        return bool(self.dropped or self.cut)
+        return bool(self.dropped or self.cut or self.stream_dropped)
 
     def take(self, n: int) -> int:
         """How many of ``n`` raw bytes may still be sent (a command's output, which the

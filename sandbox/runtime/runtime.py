@@ -107,7 +107,10 @@ class Runtime:
         self.send_payload(data)
 
     def publish_stream(self, name: str, text: str) -> None:
-        self.send_output(V.stream_event(name, text, self.current))
+        with self.budget.lock:
+            kept = self.budget.take_stream(text)
+        if kept is not None:
+            self.send_output(V.stream_event(name, kept, self.current))
 
     def sync_streams(self) -> None:
         """Forward everything already written to fds 1 and 2 before what comes next."""
@@ -226,7 +229,8 @@ class Runtime:
         """Run ``run`` (a cell, or a comm message's handlers) as execution ``message["exec"]``:
         its output is sent as that execution's events, then one ``done``."""
         exec_id = message["exec"]
-        self.budget.reset()
+        limit = message.get("stream_limit")
+        self.budget.reset(limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else None)
         self.interrupt_reason = None
         self.last_error = None
         started = time.monotonic()
@@ -258,10 +262,7 @@ class Runtime:
         except KeyboardInterrupt:
             self.sync_streams()
         if self.budget.truncated:
-            cut = f"; {self.budget.cut} outputs were cut to fit" if self.budget.cut else ""
-            self.send(V.stream_event(V.STDERR, f"\n[sandbox: output truncated: {self.budget.dropped} bytes over the "
-                                                f"{self.budget.limit} byte limit per execution were dropped{cut}]\n",
-                                     exec_id))
+            self.send(V.stream_event(V.STDERR, truncation_note(self.budget), exec_id, note=True))
         reason = None
         if self.interrupt_reason is not None:
             reason = V.TIMEOUT_INTERRUPTED if self.interrupt_reason.get("reason") == "timeout" else V.INTERRUPTED
@@ -365,6 +366,26 @@ def _open_channel(arg: str) -> SocketChannel:
     os.dup2(null, 1)
     os.close(null)
     return SocketChannel.from_pipes(read_fd, write_fd)
+
+
+def _size(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB" if n >= 1024 * 1024 else f"{n} bytes"
+
+
+def truncation_note(budget: OutputBudget) -> str:
+    """What the cell is told when its output did not all fit: how much was dropped and how
+    to get all of it (a file in /workspace, which a notebook's %pull brings home)."""
+    parts = []
+    if budget.stream_dropped:
+        parts.append(f"{_size(budget.stream_dropped)} of text past the first {_size(budget.stream_limit or 0)} "
+                     "were dropped")
+    if budget.dropped:
+        parts.append(f"{budget.dropped} bytes over the {budget.limit} byte limit per execution were dropped")
+    if budget.cut:
+        parts.append(f"{budget.cut} outputs were cut to fit")
+    return (f"\n[sandbox: output truncated: {'; '.join(parts)}. To keep all of it, write it to a file in "
+            "/workspace (with open('out.txt', 'w') as f: print(..., file=f)) and download it (in a notebook: "
+            "%pull out.txt)]\n")
 
 
 def main(argv: list[str] | None = None) -> None:

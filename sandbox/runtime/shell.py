@@ -12,6 +12,10 @@ from .display import EventDisplayHook, EventDisplayPublisher
 from .frontend import KernelStandIn
 
 
+# The colour scheme of tracebacks: ipykernel's (it keeps InteractiveShell's default).
+TRACEBACK_COLORS = "neutral"
+
+
 class SandboxShell(InteractiveShell):
     """InteractiveShell whose tracebacks become one ``error`` event per failing cell."""
 
@@ -53,11 +57,15 @@ class SandboxShell(InteractiveShell):
 def make_shell(runtime) -> SandboxShell:
     config = Config()
     config.HistoryManager.enabled = False  # in-memory history: nothing written to disk
+    # Tracebacks in IPython's default colour scheme ("neutral"), the one ipykernel leaves in
+    # place: its colours are chosen to read on a light and a dark background alike, which is
+    # what JupyterLab's error output needs. ("linux" drew names in white: on JupyterLab's
+    # pink error background `share = total / count` read `= /`.)
     shell = SandboxShell.instance(
         config=config,
         displayhook_class=EventDisplayHook,
         display_pub_class=EventDisplayPublisher,
-        colors="linux",
+        colors=TRACEBACK_COLORS,
     )
     shell.runtime = runtime
     shell.kernel = KernelStandIn(runtime)

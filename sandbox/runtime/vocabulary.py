@@ -305,7 +305,10 @@ _CUT = {"truncated": FieldSpec(Kind.BOOL, required=False)}
 
 #: The fields of each event as the runtime sends it. Unknown fields are a violation.
 EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
-    STREAM: {**_EXEC, **_CUT, "name": FieldSpec(Kind.STR, choices=STREAM_NAMES), "text": FieldSpec(Kind.STR)},
+    STREAM: {**_EXEC, **_CUT, "name": FieldSpec(Kind.STR, choices=STREAM_NAMES), "text": FieldSpec(Kind.STR),
+             # the runtime's own word about the cell (its output truncated), not the cell's
+             # output: a notebook's kernel shows it as a note rather than as stderr
+             "note": FieldSpec(Kind.BOOL, required=False)},
     DISPLAY_DATA: {**_EXEC, **_CUT, **_BUNDLE, "transient": FieldSpec(Kind.OBJECT, required=False)},
     UPDATE_DISPLAY_DATA: {**_EXEC, **_CUT, **_BUNDLE, "transient": FieldSpec(Kind.OBJECT, required=False)},
     EXECUTE_RESULT: {**_EXEC, **_CUT, **_BUNDLE, "execution_count": FieldSpec(Kind.INT, nullable=True)},
@@ -373,10 +376,12 @@ DONE_EXTRA_FIELDS: dict[str, FieldSpec] = {
 
 
 # ------------------------------------------------------------------ constructors
-def stream_event(name: str, text: str, exec_id: str | None = None) -> dict:
+def stream_event(name: str, text: str, exec_id: str | None = None, note: bool = False) -> dict:
     event = {"type": STREAM, "name": name, "text": text}
     if exec_id is not None:
         event["exec"] = exec_id
+    if note:
+        event["note"] = True
     return event
 
 

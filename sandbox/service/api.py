@@ -332,7 +332,7 @@ async def stream_execute(request: Request, data: dict, op: str):
     if op == V.OP_EXECUTE:
         events = request.app.state.metrics.timed_execute(events)
     # the first call after a pause waited for the restore: say so
-    return ndjson(events, first=V.stream_event(V.STDERR, restored) if restored else None)
+    return ndjson(events, first=V.stream_event(V.STDERR, restored, note=True) if restored else None)
 
 
 async def run_command(request: Request):

@@ -142,6 +142,11 @@ EXECUTE = {
         "Name -> Python expression (strings), evaluated after the code if it succeeded; the values "
         "(MIME bundles, or errors) come back in done's user_expressions.")),
     "msg_id": _MSG_ID,
+    "stream_limit": Field(int, minimum=0, maximum=1 << 40, description=(
+        "Bytes of stdout/stderr text this execute may send before the rest is dropped in the sandbox, with a "
+        "note saying how much (within the output limit, which still counts everything). A notebook's kernel "
+        "asks for less than the Jupyter server's IOPub rate limit, so a huge print ends with that note "
+        "rather than the server's 'IOPub data rate exceeded'.")),
 }
 #: A comm message from the frontend (ipywidgets): queued with executes, run like one.
 COMM = {

@@ -20,7 +20,7 @@ from .runs import CellRun
 
 # What of an execute (or comm) request the runtime is handed, by op.
 FORWARDED = {
-    V.OP_EXECUTE: ("code", "silent", "store_history", "allow_stdin", "user_expressions", "msg_id"),
+    V.OP_EXECUTE: ("code", "silent", "store_history", "allow_stdin", "user_expressions", "msg_id", "stream_limit"),
     V.OP_COMM: ("msg_type", "comm_id", "data", "metadata", "buffers", "target_name", "msg_id"),
 }
 # What the runtime's done carries for the execute reply, passed on to the caller.

@@ -53,7 +53,7 @@ def test_shut_down_pauses_and_the_next_kernel_resumes_across_a_server_restart(sa
         run = support.run_cell(kc, "len(df)", timeout=180)
         assert run.status == "ok", run.errors
         assert run.result_text() == "100000"
-        assert sid in run.stderr and "resumed from disk" in run.stderr, run.stderr
+        assert sid in run.notes and "resumed from disk" in run.notes, run.notes
         assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
         print(f"first cell after reopening (resume included): {time.monotonic() - began:.1f} s")
     finally:

@@ -70,6 +70,9 @@ class TestSandboxKernel(jkt.KernelTests):
             "code": f"import base64\nfrom IPython.display import Image, display\ndisplay(Image(data=base64.b64decode('{PNG}')))",
             "mime": "image/png",
         },
+        # The page shows the formula as MathML in a frame; the LaTeX source stays in the
+        # bundle for exports (nbconvert --to latex), as ipykernel sends it.
+        {"code": "from IPython.display import Math, display; display(Math(r'\\frac{1}{2}'))", "mime": "text/latex"},
     ]
 
     code_clear_output = "from IPython.display import clear_output; clear_output()"

@@ -94,7 +94,7 @@ def test_a_widget_drawn_by_another_view_is_refused_with_a_note(kc):
     assert not [m for m in run.outputs if m["msg_type"] == "comm_open"
                 and m["content"]["data"]["state"].get("_model_name") == "LabelModel"]
     assert "widget not shown: @jupyter-widgets/controls:LabelModel drawn by @jupyter-widgets/controls:HTMLView" \
-        in run.stderr
+        in run.notes
 
 
 # --------------------------------------------------------------------------- stdin

@@ -358,7 +358,8 @@ def test_expired_sandbox_is_explained_and_the_cell_runs_in_a_new_one(start_kerne
     old = sandbox_id(kc)
     wait_gone(kernel_env, old)
     run = run_cell(kc, "print('after')\nv", stop_on_error=False)
-    notice = run.stderr
+    notice = run.notes
+    assert run.stderr == "", "a note is not an error: never on stderr"
     assert old in notice
     assert "expired" in notice.lower()
     assert "variables" in notice.lower()
@@ -368,7 +369,7 @@ def test_expired_sandbox_is_explained_and_the_cell_runs_in_a_new_one(start_kerne
     assert sandbox_id(kc) != old
     # Said once, not on every cell.
     again = run_cell(kc, "1")
-    assert again.stderr == ""
+    assert again.notes == "" and again.stderr == ""
 
 
 def test_sandbox_that_died_is_replaced_at_the_next_cell(kc, kernel_env):
@@ -379,7 +380,7 @@ def test_sandbox_that_died_is_replaced_at_the_next_cell(kc, kernel_env):
     nxt = run_cell(kc, "print('alive')")
     assert nxt.status == "ok", nxt.errors
     assert "alive" in nxt.stdout
-    assert old in nxt.stderr and "new sandbox" in nxt.stderr
+    assert old in nxt.notes and "new sandbox" in nxt.notes
     assert sandbox_id(kc) != old
 
 
@@ -391,7 +392,7 @@ def test_sandbox_deleted_behind_the_kernels_back(kc, kernel_env):
     run = run_cell(kc, "print('still works')")
     assert run.status == "ok", run.errors
     assert "still works" in run.stdout
-    assert old in run.stderr and "deleted" in run.stderr.lower()
+    assert old in run.notes and "deleted" in run.notes.lower()
 
 
 def test_unreachable_server_gives_a_short_readable_error(start_kernel):
@@ -406,7 +407,7 @@ def test_unreachable_server_gives_a_short_readable_error(start_kernel):
     assert len(run.errors) == 1
     traceback = "\n".join(run.errors[0]["traceback"])
     assert "Traceback" not in traceback and 'File "' not in traceback
-    assert "unreachable, retrying" in run.stderr
+    assert "unreachable, retrying" in run.notes
     # The kernel itself is still alive and answers.
     assert km.is_alive()
     assert run_cell(kc, "print(2)", timeout=60, stop_on_error=False).status == "error"
@@ -423,7 +424,7 @@ def test_server_restart_mid_session_keeps_the_sandbox(kc, sandbox_server):
         run = run_cell(kc, "kept", timeout=120)
     finally:
         restart.join()
-    assert "unreachable, retrying" in run.stderr
+    assert "unreachable, retrying" in run.notes
     assert run.status == "ok", run.errors
     assert run.result_text() == "7", "the sandbox outlived the server and the kernel found it again"
 

@@ -24,10 +24,10 @@ def test_memory_note_past_80_percent_and_the_peak_of_an_oom(start_kernel):
     # The libraries a warm sandbox preloads, imported in any case: the same footing whether
     # the kernel got a warm sandbox or a cold one (which imports them on first use).
     below = run_cell(kc, f"import {', '.join(DEFAULT_PRELOAD)}\n" + hold(40))
-    assert below.status == "ok" and "[sandbox: memory" not in below.stderr, below.stderr
+    assert below.status == "ok" and "[sandbox: memory" not in below.notes, below.notes
     above = run_cell(kc, hold(330))
     assert above.status == "ok", above.errors
-    note = above.stderr
+    note = above.notes
     assert "[sandbox: memory at " in note and "of 512.0 MiB" in note and "memory limit" in note, note
     share = int(note.split("(")[1].split(" %")[0])
     assert 80 < share <= 100, note
@@ -35,8 +35,8 @@ def test_memory_note_past_80_percent_and_the_peak_of_an_oom(start_kernel):
     assert "usage" in report and "at most, of 512.0 MiB" in report and "CPU " in report, report
     oom = run_cell(kc, hold(200), stop_on_error=False)
     assert oom.status == "error" and oom.errors[0]["ename"] == "SandboxDied", oom.outputs
-    assert "[sandbox: out of memory: the sandbox reached " in oom.stderr and "512.0 MiB limit" in oom.stderr, \
-        oom.stderr
+    assert "[sandbox: out of memory: the sandbox reached " in oom.notes and "512.0 MiB limit" in oom.notes, \
+        oom.notes
 
 
 def test_sandbox_packages_match_pip_list_in_a_cell(kc):

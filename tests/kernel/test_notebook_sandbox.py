@@ -66,10 +66,10 @@ def test_shut_down_then_reopen_keeps_the_state(notebook, kernel_env):
     run = run_cell(kc, "df['rows']")
     assert run.status == "ok", run.errors
     assert run.result_text() == "2000"
-    note = run.stderr
+    note = run.notes
     assert sid in note and "still running" in note and "%sandbox new" in note
     assert len(note.strip().splitlines()) == 1, note
-    assert run_cell(kc, "1").stderr == "", "said once, on the first cell"
+    assert run_cell(kc, "1").notes == "", "said once, on the first cell"
     assert sandbox_id(kc) == sid
     # Cell numbers go on from the kept sandbox's.
     assert run_cell(kc, "2").reply["content"]["execution_count"] > 3
@@ -83,7 +83,7 @@ def test_restart_kernel_is_a_fresh_interpreter_and_deletes_the_old_sandbox(noteb
     kc.wait_for_ready(timeout=60)
     run = run_cell(kc, "secret", stop_on_error=False)
     assert run.reply["content"]["ename"] == "NameError"
-    assert "still running" not in run.stderr
+    assert "still running" not in run.notes
     assert sandbox_id(kc) != old
     wait_gone(kernel_env, old, timeout=10)
     # ... and the new sandbox is the notebook's from now on.
@@ -110,7 +110,7 @@ def test_two_kernels_on_one_notebook_never_share(notebook, kernel_env):
     km2, kc2 = notebook()
     run = run_cell(kc2, "owner", stop_on_error=False)
     assert run.reply["content"]["ename"] == "NameError"
-    assert "another kernel" in run.stderr and str(km1.provisioner.pid) in run.stderr
+    assert "another kernel" in run.notes and str(km1.provisioner.pid) in run.notes
     second = sandbox_id(kc2)
     assert second != first
     # The second kernel's sandbox is not the notebook's: deleted when it ends; the first kept.
@@ -133,7 +133,7 @@ def test_a_killed_kernel_keeps_the_sandbox_and_frees_the_notebook(notebook, kern
         assert sid in live_ids(kernel_env)
         km, kc = notebook()
         run = run_cell(kc, "n")
-        assert run.result_text() == str(int(signum)) and sid in run.stderr
+        assert run.result_text() == str(int(signum)) and sid in run.notes
         shut_down(km, kc)
 
 
@@ -148,7 +148,7 @@ def test_a_kept_sandbox_that_ended_is_said_and_replaced(notebook, kernel_env):
     run = run_cell(kc, "v", stop_on_error=False)
     assert run.reply["content"]["ename"] == "NameError"
     assert re.search(rf"the sandbox of this notebook \({sid}\) ended \d+s ago: expired \(it was not used within "
-                     r"its TTL of 3 s\); this is a new one", run.stderr), run.stderr
+                     r"its TTL of 3 s\); this is a new one", run.notes), run.notes
     assert sandbox_id(kc) != sid
 
 
@@ -206,7 +206,7 @@ def test_the_binding_file_is_private_and_a_bad_one_starts_fresh(notebook):
                                    "sandbox_id": "../../v1/sandboxes", "bound_at": 0}))
     km, kc = notebook()
     run = run_cell(kc, "1")
-    assert run.status == "ok" and run.stderr == ""
+    assert run.status == "ok" and run.notes == ""
     assert sandbox_id(kc) != sid
 
 
@@ -221,5 +221,5 @@ def test_a_server_restart_between_kernels_keeps_the_state(notebook, sandbox_serv
     sandbox_server.start()
     km, kc = notebook()
     run = run_cell(kc, "kept", timeout=120)
-    assert run.result_text() == "7" and sid in run.stderr
+    assert run.result_text() == "7" and sid in run.notes
 

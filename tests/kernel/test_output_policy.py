@@ -17,6 +17,7 @@ from kernel import frames
 from kernel.config import SandboxSettings
 from kernel.lifecycle import SandboxLifecycle
 from kernel.output_policy import POLICY, filter_bundle, filter_transient
+from kernel.notes import is_note
 from kernel.outputs import CellMapper, event_to_messages
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 40).decode() + "\n"  # IPython ends it with a newline
@@ -205,6 +206,18 @@ def test_latex_is_mathml_in_a_frame_and_its_plain_text_unchanged():
     assert "<code>\\frac{</code>" in page_view(unreadable.data["text/html"]).tags[0][1]["srcdoc"]
 
 
+def test_latex_source_stays_beside_its_frame_for_exports():
+    source = r"$\displaystyle \int_0^1 x\,dx$"
+    out = filter_bundle({"text/latex": source, "text/plain": "Integral(x, (x, 0, 1))"}, {})
+    assert out.data["text/latex"] == source, "nbconvert --to latex reads it"
+    assert "text/html" in out.data, "the page shows the frame: JupyterLab prefers text/html to text/latex"
+    # A bundle with HTML of its own frames the HTML, and still keeps the LaTeX for exports.
+    both = filter_bundle({"text/html": "<b>x</b>", "text/latex": source}, {})
+    assert both.data["text/latex"] == source and "&lt;b&gt;x" in both.data["text/html"]
+    # A LaTeX value that is not text is not kept.
+    assert "text/latex" not in filter_bundle({"text/latex": 1, "text/plain": "x"}, {}).data
+
+
 # --------------------------------------------------------------------------- withheld types
 
 
@@ -279,10 +292,10 @@ def test_cell_mapper_filters_every_display_message_kind():
     assert_isolated_frame(content["data"]["text/html"], "top.owned=1")
 
 
-def test_a_refused_image_is_noted_on_stderr():
+def test_a_refused_image_is_noted_as_a_note_not_on_stderr():
     messages = event_to_messages({"type": "display_data", "data": {"image/png": JPEG, "text/plain": "<Figure>"}})
-    assert [kind for kind, _ in messages] == ["display_data", "stream"]
-    assert messages[1][1]["name"] == "stderr" and "not a PNG" in messages[1][1]["text"]
+    assert [kind for kind, _ in messages] == ["display_data", "display_data"]
+    assert is_note(messages[1][1]) and "not a PNG" in messages[1][1]["data"]["text/plain"]
 
 
 def test_pass_through_sends_bundles_as_they_came():

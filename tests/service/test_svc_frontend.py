@@ -75,3 +75,20 @@ def test_comm_messages_go_both_ways(sid, run, api):
 ])
 def test_bad_bodies_get_422(sid, api, route, body):
     api_error(api.post(f"/v1/sandboxes/{sid}/{route}", json=body), 422)
+
+
+def test_stream_limit_cuts_text_in_the_sandbox_with_a_note_event(sid, run):
+    events = run(sid, "print('a' * 5000)\nprint('after')", stream_limit=1000)
+    assert stream_text(events, "stdout") == "a" * 1000
+    (note,) = [e for e in of_type(events, "stream") if e.get("note")]
+    assert note["name"] == "stderr" and "past the first 1000 bytes were dropped" in note["text"]
+    assert done_of(events)["truncated"] is True
+    # The control: the same cell without the caller's limit sends all of it.
+    whole = run(sid, "print('a' * 5000)\nprint('after')")
+    assert stream_text(whole, "stdout") == "a" * 5000 + "\nafter\n" and not done_of(whole)["truncated"]
+
+
+@pytest.mark.parametrize("bad", [-1, "1000", 1.5, True])
+def test_a_bad_stream_limit_is_a_clear_422(sid, api, bad):
+    response = api.post(f"/v1/sandboxes/{sid}/execute", json={"code": "1", "stream_limit": bad})
+    assert "stream_limit" in api_error(response, 422)["message"]
