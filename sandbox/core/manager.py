@@ -71,7 +71,7 @@ class SandboxManager:
         self.sleeper = Sleeper(config, self.registry, self.pausing)
         self.saves = SaveStore(self.state_dir.saves, config.saves_max_mb * 1024 * 1024)
         self.saving = StateSaving(config, self.saves, self.calls)
-        self.end_saver = EndSaver(self.registry, self.saving, self.tenancy, config.save_seconds)
+        self.end_saver = EndSaver(self.registry, self.saving, self.calls, self.tenancy, config.save_seconds)
         self.reaper = Reaper(self.state_dir, self.registry, self.pausing.end_paused, self.pausing.resting,
                              self._each_second)
         self.readoption = Readoption(self.state_dir, self.registry, self.calls, self.pool, self.egress,

@@ -50,26 +50,24 @@ def stored_files(server: support.Server) -> list[pathlib.Path]:
 
 @pytest.mark.slow
 def test_a_namespace_comes_back_after_its_sandbox_ended_by_ttl_and_a_server_restart(spawn_server):
+    """No explicit save: a sandbox with a save_label is saved by value just before its TTL ends it."""
     server = spawn_server()
     with server.client(timeout=300) as api:
-        sandbox = support.create(api, ttl_seconds=8)
+        sandbox = support.create(api, ttl_seconds=8, metadata={"save_label": "nb-1"})
         first = support.ok(support.execute(api, sandbox["id"], NOTEBOOK))
         assert support.stream_text(first).strip() == "100 MiB"
-        saved = api.post(f"/v1/sandboxes/{sandbox['id']}/save", json={"label": "nb-1"})
-        assert saved.status_code == 201, saved.text
-        save = saved.json()
-        lost = {item["name"]: item for item in save["summary"]["lost"]}
-        assert set(lost) == {"log"} and "TextIOWrapper" in lost["log"]["type"] and "open file" in lost["log"]["why"]
-        assert {"df", "model", "scale", "expected", "LeastSquares"} <= {i["name"] for i in save["summary"]["saved"]}
-        assert save["bytes"] > 100 * 2**20
         # its TTL ends it ...
-        support.wait_for(lambda: api.get(f"/v1/sandboxes/{sandbox['id']}").status_code == 410, 60)
+        support.wait_for(lambda: api.get(f"/v1/sandboxes/{sandbox['id']}").status_code == 410, 120)
     # ... and the server restarts
     server.terminate()
     server.start()
     with server.client(timeout=300) as api:
         listed = api.get("/v1/saves", params={"label": "nb-1"}).json()["saves"]
-        assert [s["id"] for s in listed] == [save["id"]]
+        [save] = listed
+        assert save["by"] == "ttl" and save["source_sandbox"] == sandbox["id"] and save["bytes"] > 100 * 2**20
+        lost = {item["name"]: item for item in save["summary"]["lost"]}
+        assert set(lost) == {"log"} and "TextIOWrapper" in lost["log"]["type"] and "open file" in lost["log"]["why"]
+        assert {"df", "model", "scale", "expected", "LeastSquares"} <= {i["name"] for i in save["summary"]["saved"]}
         created = api.post("/v1/sandboxes", json={"from_save": save["id"]})
         assert created.status_code == 201, created.text
         restored = created.json()["restored"]
@@ -80,6 +78,22 @@ def test_a_namespace_comes_back_after_its_sandbox_ended_by_ttl_and_a_server_rest
         events = support.ok(support.execute(api, created.json()["id"], CHECK))
         assert support.result_text(events) == "(True, 'LeastSquares', (1310720, 10), False)"
         api.delete(f"/v1/sandboxes/{created.json()['id']}")
+
+
+def test_an_orderly_stop_that_ends_sandboxes_saves_the_labelled_ones_first(spawn_server):
+    server = spawn_server("--set", "delete_on_shutdown=true")
+    with server.client(timeout=120) as api:
+        kept = support.create(api, metadata={"save_label": "agent-task"})
+        support.create(api)  # no label: not saved
+        support.ok(support.execute(api, kept["id"], "answer = {'rows': 3}"))
+    server.sigterm()
+    server.wait(120)
+    server.start()
+    with server.client(timeout=120) as api:
+        saves = api.get("/v1/saves").json()["saves"]
+        assert [(s["label"], s["by"], s["source_sandbox"]) for s in saves] == [("agent-task", "server_stop", kept["id"])]
+        created = api.post("/v1/sandboxes", json={"from_save": saves[0]["id"]}).json()
+        assert support.result_text(support.ok(support.execute(api, created["id"], "answer"))) == "{'rows': 3}"
 
 
 def test_a_save_past_its_cap_is_refused_with_a_note_and_loses_nothing(spawn_server):
