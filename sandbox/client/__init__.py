@@ -19,7 +19,7 @@ attach its own instance.
 Every failure the server reports arrives as a `SandboxError` subclass carrying the
 server's own message (errors.py). Which server: the one of the state directory (its unix
 socket), unless a URL is given (configuration.py). What the server answers: models.py.
-`list_sandboxes`, `health` and `server_info` here are the blocking ones; the awaitable
+`list_sandboxes`, `list_saves`, `delete_save`, `health` and `server_info` here are the blocking ones; the awaitable
 ones are in sandbox.client.async_client.
 """
 
@@ -36,7 +36,7 @@ from .errors import (
     Unauthorized,
 )
 from .models import CommandResult, Execution, ExecutionError, FileInfo, FileList, Limits, SandboxInfo
-from .sync_client import Commands, Files, Sandbox, health, list_sandboxes, server_info
+from .sync_client import Commands, Files, Sandbox, delete_save, health, list_sandboxes, list_saves, server_info
 
 __all__ = [
     "AsyncCommands",
@@ -61,8 +61,10 @@ __all__ = [
     "ServerUnavailable",
     "Unauthorized",
     "default_state_dir",
+    "delete_save",
     "health",
     "list_sandboxes",
+    "list_saves",
     "resolve",
     "server_info",
 ]

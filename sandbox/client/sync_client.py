@@ -318,6 +318,8 @@ class Sandbox:
         self.config = config or resolve(url, token, state_dir)
         self._transport = _SyncTransport(self.config, as_timeout(timeout))
         self._info = info
+        # what `create(from_save=...)` loaded: restored, lost (name, type, why) and the save's age
+        self.restored: dict[str, t.Any] | None = None
         self.files = Files(self)
         self.commands = Commands(self)
 
@@ -344,6 +346,7 @@ class Sandbox:
         egress: dict[str, t.Any] | None = None,
         isolation: str | None = None,
         on_idle: str | None = None,
+        from_save: str | None = None,
     ) -> Sandbox:
         """Claim a new sandbox; unset limits take the server's defaults.
 
@@ -353,17 +356,21 @@ class Sandbox:
         ``{"allow": ["api.example.org"], "secrets": ["API_KEY"], "pip": True}`` (default: none).
         `isolation`: "bwrap" or "gvisor" (default: the server's); `on_idle`: "delete" or
         "pause" (gvisor: the idle TTL checkpoints the sandbox instead of ending it).
+        `from_save`: a save's id (`save`): its variables are loaded into the new sandbox, inside
+        it, and `restored` says what came back, what did not, and how old the save is.
         """
         config = config or resolve(url, token, state_dir)
         tout = as_timeout(timeout)
         sbx = cls("", timeout=tout, config=config)
         request = drop_none(image=image, ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds,
                             memory_mb=memory_mb, cpus=cpus, pids=pids, disk_mb=disk_mb, metadata=metadata,
-                            end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle)
+                            end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle,
+                            from_save=from_save)
         body = _closing_on_failure(sbx, lambda: sbx._transport.request(
-            "POST", "/v1/sandboxes", json=request, timeout=create_timeout(tout)))
+            "POST", "/v1/sandboxes", json=request, timeout=transfer_timeout(tout) if from_save else create_timeout(tout)))
         sbx._info = SandboxInfo.from_dict(body)
         sbx.id = sbx._info.id
+        sbx.restored = body.get("restored")
         return sbx
 
     @classmethod
@@ -497,6 +504,21 @@ class Sandbox:
         info = SandboxInfo.from_dict(body)
         return type(self)(info.id, timeout=self._transport.timeout, info=info, config=self.config)
 
+    # -- state by value
+
+    def save(self, label: str | None = None) -> dict[str, t.Any]:
+        """Save the sandbox's variables by value (inside it) into your store of saves; the
+        answer has the save's `id` (for `create(from_save=...)`, `restore`) and a `summary`
+        naming what was saved and what could not be (open files, sockets, threads). A save past
+        the server's caps raises SandboxError (save_refused) and loses nothing."""
+        return self._transport.request("POST", self._url("save"), json=drop_none(label=label),
+                                             timeout=transfer_timeout(self._transport.timeout))
+
+    def restore(self, save_id: str) -> dict[str, t.Any]:
+        """Load a save into this sandbox's variables (inside it): what came back, what did not."""
+        return self._transport.request("POST", self._url("restore"), json={"save_id": save_id},
+                                             timeout=transfer_timeout(self._transport.timeout))
+
     def send_comm(
         self,
         msg_type: str,
@@ -621,6 +643,39 @@ def list_sandboxes(
     finally:
         tr.close()
     return [SandboxInfo.from_dict(s) for s in body.get("sandboxes", [])]
+
+
+def list_saves(
+    label: str | None = None,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> list[dict[str, t.Any]]:
+    """Your saves (of `label` only, when given), newest first, each with its `age_seconds`."""
+    tr = _SyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        body = tr.request("GET", "/v1/saves", params=drop_none(label=label))
+    finally:
+        tr.close()
+    return list(body.get("saves", []))
+
+
+def delete_save(
+    save_id: str,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> None:
+    """Delete one of your saves."""
+    tr = _SyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        tr.request("DELETE", f"/v1/saves/{quote(save_id, safe='')}")
+    finally:
+        tr.close()
 
 
 def health(
