@@ -16,9 +16,9 @@ import typing as t
 from dataclasses import dataclass
 
 from sandbox.runtime import vocabulary as V
-from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable
+from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFound, ServerConfig, ServerUnavailable
 
-from . import usage_note
+from . import saved_state, usage_note
 from .binding import all_bindings
 from .failure import CellFailure
 from .keeping import life_left
@@ -122,6 +122,12 @@ class _Host:
         if old:
             text += f"; {old} is left as it was until its TTL ends it (%sandbox attach {old} takes it back)"
         return text + "\n"
+
+    def config(self) -> ServerConfig:
+        return self._life.config()
+
+    def save_label(self) -> str | None:
+        return saved_state.label_of(self._life.keeper)
 
     async def list_sandboxes(self) -> str:
         config = self._life.config()

@@ -7,7 +7,7 @@ import pathlib
 import typing as t
 from dataclasses import dataclass
 
-from sandbox.client import AsyncSandbox
+from sandbox.client import AsyncSandbox, ServerConfig
 
 HELP = {
     "push": "%push LOCAL [DEST]: upload files (globs like data/*.csv, folders) from the notebook's folder into /workspace",
@@ -16,7 +16,9 @@ HELP = {
     "sandbox": "%sandbox: show the sandbox's id, state, TTL, limits, what it uses (memory, CPU, disk), isolation and "
                "egress policy; %sandbox packages: the packages of its image, with versions; %sandbox list: your "
                "sandboxes and the notebooks they belong to; %sandbox new: a fresh sandbox (this one is deleted); "
-               "%sandbox attach ID: take sandbox ID (resumed if paused)",
+               "%sandbox attach ID: take sandbox ID (resumed if paused); %sandbox save: save the variables by value "
+               "(they come back in this notebook's next sandbox once this one ends); %sandbox restore [SAVE_ID]: "
+               "load the newest save (or SAVE_ID); %sandbox forget [SAVE_ID]: delete this notebook's saves",
     "ttl": "%ttl: show the time left; %ttl renew: restart the countdown at the current TTL; "
            "%ttl extend SECONDS: expire that far from now, once (the TTL each cell renews to is unchanged); "
            "%ttl set SECONDS: change the TTL each cell renews to",
@@ -51,3 +53,7 @@ class MagicHost(t.Protocol):
     async def attach_sandbox(self, sandbox_id: str) -> str: ...
 
     async def list_sandboxes(self) -> str: ...
+
+    def config(self) -> ServerConfig: ...
+
+    def save_label(self) -> str | None: ...
