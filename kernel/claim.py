@@ -131,8 +131,8 @@ class SandboxClaim:
             on_idle=V.ON_IDLE_PAUSE if keeping and self.settings.isolation == V.GVISOR else None,
         )
         self.keeper.bind(sbx)
-        if sbx.restored is not None:
-            self.keeper.note = (self.keeper.note or "") + saved_state.restored_note(sbx.restored)
+        if sbx.info.restored is not None:
+            self.keeper.note = (self.keeper.note or "") + saved_state.restored_note(sbx.info.restored)
         self.log.info("sandbox %s (%s)", sbx.id, "warm pool" if sbx.info.from_pool else "cold start")
         return sbx
 

@@ -106,12 +106,12 @@ async def _run(args: list[str], sbx: AsyncSandbox, config: ServerConfig, label: 
     if len(rest) > 1 or (verb == "save" and rest):
         raise CellFailure("UsageError", USAGE)
     if verb == "save":
-        return saved_note(await sbx.save(label))
+        return saved_note(await sbx.saves.save(label))
     if verb == "restore":
         save_id = rest[0] if rest else (await newest_save(config, label) or {}).get("id")
         if save_id is None:
             return "no saved variables for this notebook (%sandbox save makes one)\n"
-        return restored_note(await sbx.restore(save_id))
+        return restored_note(await sbx.saves.restore(save_id))
     if rest:
         ids = rest
     else:  # without a notebook there is no "this notebook's": forget only what is named

@@ -25,7 +25,7 @@ ones are in sandbox.client.async_client.
 
 from __future__ import annotations
 
-from .async_client import AsyncCommands, AsyncFiles, AsyncSandbox
+from .async_client import AsyncCommands, AsyncFiles, AsyncSandbox, AsyncSaves
 from .configuration import DEFAULT_TIMEOUT, ServerConfig, default_state_dir, resolve
 from .errors import (
     InvalidRequest,
@@ -36,12 +36,13 @@ from .errors import (
     Unauthorized,
 )
 from .models import CommandResult, Execution, ExecutionError, FileInfo, FileList, Limits, SandboxInfo
-from .sync_client import Commands, Files, Sandbox, delete_save, health, list_sandboxes, list_saves, server_info
+from .sync_client import Commands, Files, Sandbox, Saves, delete_save, health, list_sandboxes, list_saves, server_info
 
 __all__ = [
     "AsyncCommands",
     "AsyncFiles",
     "AsyncSandbox",
+    "AsyncSaves",
     "CommandResult",
     "Commands",
     "DEFAULT_TIMEOUT",
@@ -57,6 +58,7 @@ __all__ = [
     "SandboxGone",
     "SandboxInfo",
     "SandboxNotFound",
+    "Saves",
     "ServerConfig",
     "ServerUnavailable",
     "Unauthorized",

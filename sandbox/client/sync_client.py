@@ -294,6 +294,30 @@ class Commands:
         return list((body or {}).get("commands", []))
 
 
+class Saves:
+    """A sandbox's variables by value (`sandbox.saves`): saved and loaded inside the sandbox, the
+    bytes kept by the server, which never loads them. A new sandbox starts from a save with
+    `create(from_save=ID)`; `list_saves` and `delete_save` need no sandbox."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def save(self, label: str | None = None) -> dict[str, t.Any]:
+        """Save the variables; the answer has the save's `id` and a `summary` naming what was
+        saved and what could not be (open files, sockets, threads, generators). A save past the
+        server's caps raises SandboxError (code save_refused) and loses nothing."""
+        sbx = self._sandbox
+        return sbx._transport.request("POST", sbx._url("save"), json=drop_none(label=label),
+                                            timeout=transfer_timeout(sbx._transport.timeout))
+
+    def restore(self, save_id: str) -> dict[str, t.Any]:
+        """Load a save into the sandbox's variables: what came back (`restored`), what did not
+        (`lost`: name, type, why) and the save (`save`, with its `age_seconds`)."""
+        sbx = self._sandbox
+        return sbx._transport.request("POST", sbx._url("restore"), json={"save_id": save_id},
+                                            timeout=transfer_timeout(sbx._transport.timeout))
+
+
 class Sandbox:
     """A stateful Python sandbox on the server: variables survive from one `run_code` to
     the next until the sandbox is deleted, expires or dies.
@@ -318,10 +342,9 @@ class Sandbox:
         self.config = config or resolve(url, token, state_dir)
         self._transport = _SyncTransport(self.config, as_timeout(timeout))
         self._info = info
-        # what `create(from_save=...)` loaded: restored, lost (name, type, why) and the save's age
-        self.restored: dict[str, t.Any] | None = None
         self.files = Files(self)
         self.commands = Commands(self)
+        self.saves = Saves(self)
 
     # -- construction
 
@@ -350,14 +373,11 @@ class Sandbox:
     ) -> Sandbox:
         """Claim a new sandbox; unset limits take the server's defaults.
 
-        `end_with_caller`: the server ends the sandbox as soon as this process exits (the
-        kernel's link; over a unix socket only, where the server knows the caller's pid).
-        `egress`: the hosts it may reach through the server's egress proxy, e.g.
+        `end_with_caller`: the server ends the sandbox as soon as this process exits (the kernel's
+        link; over a unix socket only). `egress`: the hosts it may reach through the server's egress proxy, e.g.
         ``{"allow": ["api.example.org"], "secrets": ["API_KEY"], "pip": True}`` (default: none).
-        `isolation`: "bwrap" or "gvisor" (default: the server's); `on_idle`: "delete" or
-        "pause" (gvisor: the idle TTL checkpoints the sandbox instead of ending it).
-        `from_save`: a save's id (`save`): its variables are loaded into the new sandbox, inside
-        it, and `restored` says what came back, what did not, and how old the save is.
+        `isolation`: "bwrap" or "gvisor" (default: the server's); `on_idle`: "delete" or "pause" (gvisor:
+        the idle TTL checkpoints it instead); `from_save`: a save to load, inside it (`info.restored`).
         """
         config = config or resolve(url, token, state_dir)
         tout = as_timeout(timeout)
@@ -367,10 +387,9 @@ class Sandbox:
                             end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle,
                             from_save=from_save)
         body = _closing_on_failure(sbx, lambda: sbx._transport.request(
-            "POST", "/v1/sandboxes", json=request, timeout=transfer_timeout(tout) if from_save else create_timeout(tout)))
+            "POST", "/v1/sandboxes", json=request, timeout=create_timeout(tout)))
         sbx._info = SandboxInfo.from_dict(body)
         sbx.id = sbx._info.id
-        sbx.restored = body.get("restored")
         return sbx
 
     @classmethod
@@ -503,21 +522,6 @@ class Sandbox:
                                              timeout=create_timeout(self._transport.timeout))
         info = SandboxInfo.from_dict(body)
         return type(self)(info.id, timeout=self._transport.timeout, info=info, config=self.config)
-
-    # -- state by value
-
-    def save(self, label: str | None = None) -> dict[str, t.Any]:
-        """Save the sandbox's variables by value (inside it) into your store of saves; the
-        answer has the save's `id` (for `create(from_save=...)`, `restore`) and a `summary`
-        naming what was saved and what could not be (open files, sockets, threads). A save past
-        the server's caps raises SandboxError (save_refused) and loses nothing."""
-        return self._transport.request("POST", self._url("save"), json=drop_none(label=label),
-                                             timeout=transfer_timeout(self._transport.timeout))
-
-    def restore(self, save_id: str) -> dict[str, t.Any]:
-        """Load a save into this sandbox's variables (inside it): what came back, what did not."""
-        return self._transport.request("POST", self._url("restore"), json={"save_id": save_id},
-                                             timeout=transfer_timeout(self._transport.timeout))
 
     def send_comm(
         self,

@@ -30,6 +30,7 @@ RECORD = "save.json"
 LABEL_MAX = 512
 SUMMARY_ITEMS = 200
 TEXT_MAX = 300
+SAVE_NOT_FOUND = "save_not_found"  # a 404 about a save, not a sandbox: a client keeps its sandbox
 
 
 def new_id() -> str:
@@ -96,10 +97,10 @@ class SaveStore:
 
     def get(self, owner: int | None, save_id: str) -> dict:
         if not isinstance(save_id, str) or not SAVE_ID.fullmatch(save_id):
-            raise ApiError(404, "not_found", f"no save {str(save_id)[:40]!r}: save ids look like sv- and 16 hex digits")
+            raise ApiError(404, SAVE_NOT_FOUND, f"no save {str(save_id)[:40]!r}: save ids look like sv- and 16 hex digits")
         record = statefile.read_json(os.path.join(self.owner_dir(owner), save_id, RECORD))
         if not record:
-            raise ApiError(404, "not_found", f"no save {save_id!r} (it was deleted, or is another user's)")
+            raise ApiError(404, SAVE_NOT_FOUND, f"no save {save_id!r} (it was deleted, or is another user's)")
         return record
 
     def data_path(self, owner: int | None, save_id: str) -> str:

@@ -169,7 +169,7 @@ class ImageStore:
             users = ", ".join(filter(None, [f"{sandboxes} sandbox(es)" if sandboxes else "",
                                             f"the images {', '.join(layered)}" if layered else ""]))
             progress(f"warning: the default image was built by an older version without {', '.join(missing)} "
-                     f"(widgets and progress bars need them); it is kept because {users} use it: once they are "
+                     f"(widgets, progress bars and saves by value need them); it is kept because {users} use it: once they are "
                      f"gone, stop the server, run `sandbox-kernel image rm {DEFAULT_IMAGE}` and start it again")
             return
         progress(f"the default image was built by an older version without {', '.join(missing)}: building it again")

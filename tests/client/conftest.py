@@ -50,7 +50,8 @@ class Blocking:
         self._loop = loop
 
     def _wrap(self, value: t.Any) -> t.Any:
-        if isinstance(value, (async_client.AsyncSandbox, async_client.AsyncFiles, async_client.AsyncCommands)):
+        if isinstance(value, (async_client.AsyncSandbox, async_client.AsyncFiles, async_client.AsyncCommands,
+                              async_client.AsyncSaves)):
             return Blocking(value, self._loop)
         return value
 

@@ -17,20 +17,20 @@ def test_a_save_comes_back_in_a_sandbox_created_from_it(server, client):
     with client.Sandbox.create(url=server.url, token=server.token) as first:
         first.run_code("import numpy as np\nweights = np.arange(6.0).reshape(2, 3)\ndouble = lambda v: 2 * v\n"
                        "import threading\nworker = threading.Thread(target=print)")
-        save = first.save(label)
+        save = first.saves.save(label)
     assert save["summary"]["saved_count"] == 2
     assert [(i["name"], i["why"].split(":")[0]) for i in save["summary"]["lost"]] == [
         ("worker", "a live threading object")]
     assert [s["id"] for s in client.list_saves(label, url=server.url, token=server.token)] == [save["id"]]
     try:
         with client.Sandbox.create(from_save=save["id"], url=server.url, token=server.token) as second:
-            assert sorted(i["name"] for i in second.restored["restored"]) == ["double", "weights"]
-            assert [m["name"] for m in second.restored["modules"]] == ["np", "threading"]
-            assert second.restored["save"]["id"] == save["id"]
+            assert sorted(i["name"] for i in second.info.restored["restored"]) == ["double", "weights"]
+            assert [m["name"] for m in second.info.restored["modules"]] == ["np", "threading"]
+            assert second.info.restored["save"]["id"] == save["id"]
             assert second.run_code("double(weights).sum()").text == "np.float64(30.0)"
             # restore into a running sandbox, by id
             second.run_code("del weights")
-            again = second.restore(save["id"])
+            again = second.saves.restore(save["id"])
             assert "weights" in {i["name"] for i in again["restored"]}
     finally:
         client.delete_save(save["id"], url=server.url, token=server.token)

@@ -164,4 +164,4 @@ def test_bad_save_ids_get_a_clear_error(api, new_sandbox):
     assert api.delete("/v1/saves/../../token").status_code == 404
     sandbox = new_sandbox()
     bad = api.post(f"/v1/sandboxes/{sandbox['id']}/restore", json={"save_id": "sv-0123456789abcdef"})
-    assert bad.status_code == 404 and bad.json()["error"]["code"] == "not_found"
+    assert bad.status_code == 404 and bad.json()["error"]["code"] == "save_not_found"
