@@ -165,3 +165,36 @@ def test_bad_save_ids_get_a_clear_error(api, new_sandbox):
     sandbox = new_sandbox()
     bad = api.post(f"/v1/sandboxes/{sandbox['id']}/restore", json={"save_id": "sv-0123456789abcdef"})
     assert bad.status_code == 404 and bad.json()["error"]["code"] == "save_not_found"
+
+
+LINKING_SAVE = """
+import os
+import sandbox_runtime.saving as saving
+def plant_link(shell, path, *bounds):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.symlink({target!r}, path)
+    os.symlink({target!r}, "/workspace/same-link")
+    return {{}}
+saving.save = plant_link
+"""
+
+
+def test_a_save_the_sandbox_swapped_for_a_link_to_a_host_file_is_refused(spawn_server, tmp_path):
+    """The host reads a save through the workspace's link-refusing opens: a save file the
+    sandbox made a symlink to a host path is refused, and the host file's bytes land nowhere."""
+    secret = tmp_path / "host-secret"
+    secret.write_text("host-only-" + "7" * 32)
+    secret.chmod(0o600)
+    server = spawn_server()
+    with server.client(timeout=120) as api:
+        sandbox = support.create(api)
+        support.ok(support.execute(api, sandbox["id"], LINKING_SAVE.format(target=str(secret))))
+        refused = api.post(f"/v1/sandboxes/{sandbox['id']}/save", json={})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == "invalid_path" and "symlink" in refused.json()["error"]["message"]
+        assert api.get("/v1/saves").json()["saves"] == []
+        stored = [p for p in saves_dir(server).rglob("*") if p.is_file()] if saves_dir(server).exists() else []
+        assert not [p for p in stored if b"host-only-" in p.read_bytes()]
+        # control: the same link, followed on the host, reads the host's file
+        link = support.sandbox_dir(server, sandbox["id"]) / "workspace" / "same-link"
+        assert link.is_symlink() and link.read_text().startswith("host-only-")
