@@ -11,7 +11,7 @@ from __future__ import annotations
 import typing as t
 
 from sandbox.client import AsyncSandbox, SandboxError, ServerConfig
-from sandbox.client.async_client import delete_save, list_saves
+from sandbox.client.async_client import delete_save, last_save_failure, list_saves
 
 from .failure import CellFailure
 from .outputs import format_duration
@@ -80,6 +80,10 @@ async def to_restore(keeper: t.Any, config: ServerConfig) -> str | None:
     if label is None or not getattr(keeper, "lost_sandbox", None):
         return None
     keeper.lost_sandbox = None
+    failure = await last_save_failure(label, config=config)
+    if failure:
+        keeper.note = (keeper.note or "") + (f"this notebook's variables could not be saved before its sandbox "
+                                             f"ended: {failure.get('message')}\n")
     return (await newest_save(config, label) or {}).get("id")
 
 

@@ -664,6 +664,24 @@ async def list_saves(
     return list(body.get("saves", []))
 
 
+async def last_save_failure(
+    label: str,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> dict[str, t.Any] | None:
+    """The last save the server could not make under `label` before a sandbox ended (`message`
+    says why, `at` when), if none succeeded since; else None."""
+    tr = _AsyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        body = await tr.request("GET", "/v1/saves", params={"label": label})
+    finally:
+        await tr.close()
+    return body.get("last_failure")
+
+
 async def delete_save(
     save_id: str,
     *,

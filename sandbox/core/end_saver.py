@@ -87,14 +87,13 @@ class EndSaver:
         label = save_label(handle)
         if label is None:
             return None
+        owner = self.tenancy.owner_of(handle.id)
         try:
-            saved = await asyncio.wait_for(self.saving.save(handle, self.tenancy.owner_of(handle.id), label, by=by),
-                                           self.seconds + 3 * CALL_SLACK)
-        except ApiError as exc:
-            log.warning("sandbox %s: not saved before it ends (%s): %s", handle.id, by, exc.message)
-            return None
+            saved = await asyncio.wait_for(self.saving.save(handle, owner, label, by=by), self.seconds + 3 * CALL_SLACK)
         except Exception as exc:
-            log.warning("sandbox %s: not saved before it ends (%s): %s", handle.id, by, exc or type(exc).__name__)
+            why = exc.message if isinstance(exc, ApiError) else str(exc) or type(exc).__name__
+            log.warning("sandbox %s: not saved before it ends (%s): %s", handle.id, by, why)
+            self.saving.store.note_failure(owner, label, {"source_sandbox": handle.id, "by": by, "message": why})
             return None
         log.info("sandbox %s: saved by value as %s (%s, %d bytes) before it ends", handle.id, saved["id"], by,
                  saved.get("bytes") or 0)

@@ -14,6 +14,7 @@ refused before it is written, and the saves already there stay.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -132,6 +133,25 @@ class SaveStore:
     @staticmethod
     def abandon(partial: str) -> None:
         shutil.rmtree(partial, ignore_errors=True)
+
+    # A save the server tried before a sandbox ended (its TTL, a stop) and could not make: kept
+    # per label until a save under that label succeeds, so the next kernel can say why.
+    def _failure_path(self, owner: int | None, label: str) -> str:
+        return os.path.join(self.owner_dir(owner), f"failed-{hashlib.sha256(label.encode()).hexdigest()[:24]}.json")
+
+    def note_failure(self, owner: int | None, label: str, record: dict) -> None:
+        os.makedirs(self.owner_dir(owner), mode=0o700, exist_ok=True)
+        statefile.write_json(self._failure_path(owner, label), {**record, "label": label,
+                                                                  "at": statefile.iso(time.time())})
+
+    def clear_failure(self, owner: int | None, label: str) -> None:
+        try:
+            os.unlink(self._failure_path(owner, label))
+        except FileNotFoundError:
+            pass
+
+    def last_failure(self, owner: int | None, label: str | None) -> dict | None:
+        return statefile.read_json(self._failure_path(owner, label)) if label else None
 
 
 def public(record: dict) -> dict:

@@ -42,14 +42,14 @@ class StateSaving:
         cap = min(self.config.save_max_mb * MiB, room)
         if cap <= 0:
             raise ApiError(409, "save_refused", f"your saves already use their {self.config.saves_max_mb} MiB cap "
-                           "(saves_max_mb); delete one (DELETE /v1/saves/ID) and save again; nothing was lost")
+                           "(saves_max_mb); delete one (DELETE /v1/saves/ID) and save again; nothing else was touched")
         name = f"{SAVE_DIR}/save-{secrets.token_hex(6)}.bin"
         seconds = self.config.save_seconds
         reply = await self.calls.call(handle, {"op": "save", "path": name, "max_bytes": cap, "seconds": seconds,
                                                "timeout": seconds + CALL_SLACK}, timeout=seconds + 2 * CALL_SLACK)
         if reply.get("refused"):
             which = "your room left in saves_max_mb" if cap == room else "save_max_mb"
-            raise ApiError(409, "save_refused", f"the save was refused, and nothing was lost: {str(reply['refused'])[:600]}"
+            raise ApiError(409, "save_refused", f"the save was refused (nothing else was touched): {str(reply['refused'])[:600]}"
                            f" (the cap was {cap} bytes: {which})", extra={"limit": cap})
         workspace = self._workspace(handle, cap + TRAILER_SLACK)
         save_id, partial = self.store.begin(owner)
@@ -59,6 +59,8 @@ class StateSaving:
             record = self.store.commit(owner, save_id, partial, {
                 "label": label, "owner": owner, "source_sandbox": handle.id, "image": handle.image, "by": by,
                 "summary": saves.clean_summary(reply.get("saved_state"))})
+            if label:
+                self.store.clear_failure(owner, label)
         except BaseException:
             self.store.abandon(partial)
             raise

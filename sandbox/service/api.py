@@ -311,8 +311,10 @@ async def restore_sandbox(request: Request):
 
 async def list_saves(request: Request):
     store = manager_of(request).saves
-    found = await asyncio.to_thread(store.list, caller_of(request).tenant, request.query_params.get("label"))
-    return JSONResponse({"saves": [saves.public(r) for r in found]})
+    owner, label = caller_of(request).tenant, request.query_params.get("label")
+    found = await asyncio.to_thread(store.list, owner, label)
+    # with a label: the last save the server could not make under it, since the last that it made
+    return JSONResponse({"saves": [saves.public(r) for r in found], "last_failure": store.last_failure(owner, label)})
 
 
 async def get_save(request: Request):

@@ -54,3 +54,19 @@ def test_sandbox_save_restore_and_forget(notebook):  # noqa: F811
     bad = run_cell(kc, "%sandbox restore sv-0000000000000000", stop_on_error=False)
     assert bad.reply["content"]["ename"] == "SaveNotFound" and "no save" in bad.reply["content"]["evalue"]
     assert run_cell(kc, "kept").result_text() == "[1, 2, 3]", "the sandbox stays"
+
+
+def test_a_save_that_failed_before_the_sandbox_ended_is_said(notebook, kernel_env):  # noqa: F811
+    km, kc = notebook(SANDBOX_KERNEL_TTL="3")
+    refuse = ("import sandbox_runtime.saving as saving\n"
+              "def refuse(*args):\n    raise saving.SaveRefused('planted refusal')\n"
+              "saving.save = refuse\nv = 1")
+    assert run_cell(kc, refuse).status == "ok"
+    sid = sandbox_id(kc)
+    shut_down(km, kc)
+    wait_gone(kernel_env, sid, timeout=60)
+    km, kc = notebook()
+    run = run_cell(kc, "v", stop_on_error=False)
+    assert run.reply["content"]["ename"] == "NameError"
+    assert "this notebook's variables could not be saved before its sandbox ended: the save was refused " \
+           "(nothing else was touched): planted refusal" in run.stderr, run.stderr

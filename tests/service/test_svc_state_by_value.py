@@ -104,7 +104,7 @@ def test_a_save_past_its_cap_is_refused_with_a_note_and_loses_nothing(spawn_serv
         refused = api.post(f"/v1/sandboxes/{sandbox['id']}/save", json={})
         assert refused.status_code == 409, refused.text
         error = refused.json()["error"]
-        assert error["code"] == "save_refused" and "nothing was lost" in error["message"]
+        assert error["code"] == "save_refused" and "nothing else was touched" in error["message"]
         assert "cap" in error["message"] and error["limit"] == 4 * 2**20
         # nothing else lost: the namespace, no save, no partial file in the workspace or the store
         events = support.ok(support.execute(api, sandbox["id"], "len(big), small"))
@@ -198,3 +198,21 @@ def test_a_save_the_sandbox_swapped_for_a_link_to_a_host_file_is_refused(spawn_s
         # control: the same link, followed on the host, reads the host's file
         link = support.sandbox_dir(server, sandbox["id"]) / "workspace" / "same-link"
         assert link.is_symlink() and link.read_text().startswith("host-only-")
+
+
+def test_a_save_refused_before_the_ttl_ends_the_sandbox_is_said_and_the_sandbox_ends_as_before(spawn_server):
+    server = spawn_server("--set", "save_max_mb=1")
+    with server.client(timeout=120) as api:
+        sandbox = support.create(api, ttl_seconds=6, metadata={"save_label": "too-big"})
+        support.ok(support.execute(api, sandbox["id"], "blob = bytes(4 * 2**20)"))
+        support.wait_for(lambda: api.get(f"/v1/sandboxes/{sandbox['id']}").status_code == 410, 60)
+        listed = api.get("/v1/saves", params={"label": "too-big"}).json()
+        assert listed["saves"] == []
+        failure = listed["last_failure"]
+        assert failure["source_sandbox"] == sandbox["id"] and failure["by"] == "ttl", failure
+        assert "refused" in failure["message"] and "nothing else was touched" in failure["message"], failure
+        # a later save under the label clears it
+        again = support.create(api, metadata={"save_label": "too-big"})
+        support.ok(support.execute(api, again["id"], "small = 1"))
+        assert api.post(f"/v1/sandboxes/{again['id']}/save", json={"label": "too-big"}).status_code == 201
+        assert api.get("/v1/saves", params={"label": "too-big"}).json()["last_failure"] is None
