@@ -12,6 +12,7 @@ from sandbox.client import SandboxError, SandboxNotFound
 pytestmark = pytest.mark.bwrap_only("state by value is the default tier's way to outlive a sandbox")
 
 
+@pytest.mark.slow
 def test_a_save_comes_back_in_a_sandbox_created_from_it(server, client):
     label = f"client-{secrets.token_hex(4)}"
     with client.Sandbox.create(url=server.url, token=server.token) as first:

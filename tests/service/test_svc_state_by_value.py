@@ -80,6 +80,7 @@ def test_a_namespace_comes_back_after_its_sandbox_ended_by_ttl_and_a_server_rest
         api.delete(f"/v1/sandboxes/{created.json()['id']}")
 
 
+@pytest.mark.slow
 def test_an_orderly_stop_that_ends_sandboxes_saves_the_labelled_ones_first(spawn_server):
     server = spawn_server("--set", "delete_on_shutdown=true")
     with server.client(timeout=120) as api:
@@ -96,6 +97,7 @@ def test_an_orderly_stop_that_ends_sandboxes_saves_the_labelled_ones_first(spawn
         assert support.result_text(support.ok(support.execute(api, created["id"], "answer"))) == "{'rows': 3}"
 
 
+@pytest.mark.slow
 def test_a_save_past_its_cap_is_refused_with_a_note_and_loses_nothing(spawn_server):
     server = spawn_server("--set", "save_max_mb=4")
     with server.client(timeout=120) as api:
@@ -128,6 +130,7 @@ del Evil  # the instance alone: its pickle then needs nothing but os.system to l
 """
 
 
+@pytest.mark.slow
 def test_a_hostile_pickle_in_a_save_runs_only_inside_a_sandbox_never_on_the_host(spawn_server, tmp_path):
     marker = tmp_path / "host-marker"
     server = spawn_server()
@@ -179,6 +182,7 @@ saving.save = plant_link
 """
 
 
+@pytest.mark.slow
 def test_a_save_the_sandbox_swapped_for_a_link_to_a_host_file_is_refused(spawn_server, tmp_path):
     """The host reads a save through the workspace's link-refusing opens: a save file the
     sandbox made a symlink to a host path is refused, and the host file's bytes land nowhere."""
@@ -200,6 +204,7 @@ def test_a_save_the_sandbox_swapped_for_a_link_to_a_host_file_is_refused(spawn_s
         assert link.is_symlink() and link.read_text().startswith("host-only-")
 
 
+@pytest.mark.slow
 def test_a_save_refused_before_the_ttl_ends_the_sandbox_is_said_and_the_sandbox_ends_as_before(spawn_server):
     server = spawn_server("--set", "save_max_mb=1")
     with server.client(timeout=120) as api:
