@@ -16,9 +16,9 @@ import typing as t
 from dataclasses import dataclass
 
 from sandbox.runtime import vocabulary as V
-from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable
+from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFound, ServerConfig, ServerUnavailable
 
-from . import usage_note
+from . import saved_state, usage_note
 from .binding import all_bindings
 from .failure import CellFailure
 from .keeping import life_left
@@ -128,6 +128,12 @@ class _Host:
         if seconds is not None:
             self._life.settings.execute_timeout = seconds
         return self._life.settings.execute_timeout
+
+    def config(self) -> ServerConfig:
+        return self._life.config()
+
+    def save_label(self) -> str | None:
+        return saved_state.label_of(self._life.keeper)
 
     async def list_sandboxes(self) -> str:
         config = self._life.config()

@@ -25,7 +25,7 @@ from sandbox.client import (
 )
 from sandbox.runtime import vocabulary as V
 
-from . import binding
+from . import binding, saved_state
 from .failure import CellFailure
 from .notes import show_note
 from .outputs import gone_notice
@@ -116,9 +116,13 @@ class SandboxClaim:
     async def _create_new(self, config: ServerConfig) -> AsyncSandbox:
         self._set_status("creating the sandbox")
         keeping = self.keeper.keeping
+        from_save = await saved_state.to_restore(self.keeper, config)
+        if from_save:
+            self._set_status("creating the sandbox and loading this notebook's saved variables")
         sbx = await AsyncSandbox.create(
             **self.settings.create_arguments(),
-            metadata={"client": "sandbox-kernel", "kernel_pid": os.getpid()},
+            metadata={"client": "sandbox-kernel", "kernel_pid": os.getpid(), **saved_state.metadata(self.keeper)},
+            from_save=from_save,
             config=config,
             # Over the socket the server ends the sandbox when this process exits, even if
             # it is killed without a shutdown (nbval, kill -9); unless the notebook keeps
@@ -128,6 +132,8 @@ class SandboxClaim:
             on_idle=V.ON_IDLE_PAUSE if keeping and self.settings.isolation == V.GVISOR else None,
         )
         self.keeper.bind(sbx)
+        if sbx.info.restored is not None:
+            self.keeper.note = (self.keeper.note or "") + saved_state.restored_note(sbx.info.restored)
         self.log.info("sandbox %s (%s)", sbx.id, "warm pool" if sbx.info.from_pool else "cold start")
         return sbx
 

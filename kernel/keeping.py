@@ -93,6 +93,7 @@ class NotebookKeeper:
         self.log = log
         self.lease: NotebookLease | None = None
         self.note: str | None = None  # said in the first cell that shows output
+        self.lost_sandbox: str | None = None  # the kept sandbox found gone: its saved state may come back
 
     @property
     def keeping(self) -> bool:
@@ -126,6 +127,7 @@ class NotebookKeeper:
             sbx = await AsyncSandbox.connect(binding.sandbox_id, config=config)
         except (SandboxGone, SandboxNotFound) as exc:
             self.note = ended_note(binding.sandbox_id, exc, binding.max_expires_at)
+            self.lost_sandbox = binding.sandbox_id
             self.lease.clear()  # type: ignore[union-attr]
             return None
         was_paused = sbx.info.state == V.PAUSED

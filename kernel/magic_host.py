@@ -7,7 +7,7 @@ import pathlib
 import typing as t
 from dataclasses import dataclass
 
-from sandbox.client import AsyncSandbox
+from sandbox.client import AsyncSandbox, ServerConfig
 
 HELP = {
     "push": "%push LOCAL [DEST]: upload files (globs like data/*.csv, folders) from the notebook's folder into /workspace",
@@ -18,7 +18,9 @@ HELP = {
                "egress policy; %sandbox packages: the packages of its image, with versions; %sandbox list: your "
                "sandboxes and the notebooks they belong to; %sandbox new: a fresh sandbox (this one is deleted); "
                "%sandbox attach ID: take sandbox ID (resumed if paused); %sandbox timeout [SECONDS]: show or set how "
-               "long a cell may run (execute_timeout)",
+               "long a cell may run (execute_timeout); %sandbox save: save the variables by value "
+               "(they come back in this notebook's next sandbox once this one ends); %sandbox restore [SAVE_ID]: "
+               "load the newest save (or SAVE_ID); %sandbox forget [SAVE_ID]: delete this notebook's saves",
     "ttl": "%ttl: show the time left; %ttl renew: restart the countdown at the current TTL; "
            "%ttl extend SECONDS: expire that far from now, once (the TTL each cell renews to is unchanged); "
            "%ttl set SECONDS: change the TTL each cell renews to",
@@ -56,3 +58,7 @@ class MagicHost(t.Protocol):
 
     def cell_timeout(self, seconds: float | None = None) -> float | None:
         """The kernel's execute_timeout (None: the server's default), set first if given."""
+
+    def config(self) -> ServerConfig: ...
+
+    def save_label(self) -> str | None: ...

@@ -7,7 +7,7 @@ import typing as t
 
 from sandbox.runtime import vocabulary as V
 
-from . import usage_note
+from . import saved_state, usage_note
 from .failure import CellFailure
 from .magic_host import HELP, MagicHost
 from .outputs import format_bytes, format_duration
@@ -167,6 +167,9 @@ async def run_sandbox(args: list[str], host: MagicHost) -> None:
         return
     if args == ["list"]:
         host.stdout(await host.list_sandboxes())
+        return
+    if args and args[0] in ("save", "restore", "forget"):
+        host.stdout(await saved_state.run_saved_state(args, await host.sandbox(), host.config(), host.save_label()))
         return
     if len(args) == 2 and args[0] == "attach":
         host.stdout(await host.attach_sandbox(args[1]))

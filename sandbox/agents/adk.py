@@ -355,7 +355,8 @@ class SandboxCodeExecutor(BaseCodeExecutor):
 
 def sandbox_tools(sbx: Sandbox | AsyncSandbox, *, timeout_seconds: float | None = 600) -> list[FunctionTool]:
     """ADK function tools over one sandbox: run_code, run_command, read_file, write_file,
-    list_files and sandbox_usage. The sandbox keeps its state between calls; the caller owns its lifetime.
+    list_files, sandbox_usage and save_state (its variables by value, for
+    ``create(from_save=...)``). The sandbox keeps its state between calls; the caller owns its lifetime.
     The tools take no sandbox id: the model reaches this sandbox only. Create it with a
     scoped config (``ServerConfig.scope``) to have the server hold the agent to it as well.
 
@@ -417,7 +418,16 @@ def sandbox_tools(sbx: Sandbox | AsyncSandbox, *, timeout_seconds: float | None 
         before loading more data when memory may be near the limit."""
         return agent_usage(await call(sbx.refresh))
 
-    functions: list[t.Callable[..., t.Any]] = [run_code, read_file, write_file, list_files, sandbox_usage]
+    async def save_state(label: str = "") -> dict[str, t.Any]:
+        """Save the sandbox's variables by value, so that a later sandbox can start from them
+        after this one ends. Returns save_id, and the names saved and lost (open files, sockets,
+        threads cannot be saved)."""
+        saved = await call(sbx.saves.save, label or None)
+        summary = saved.get("summary") or {}
+        return {"save_id": saved["id"], "saved": [i["name"] for i in summary.get("saved", [])],
+                "lost": summary.get("lost", [])}
+
+    functions: list[t.Callable[..., t.Any]] = [run_code, read_file, write_file, list_files, sandbox_usage, save_state]
     if hasattr(sbx, "commands"):
         functions.insert(1, run_command)
     return [FunctionTool(fn) for fn in functions]

@@ -71,10 +71,11 @@ class SandboxMCP:
     session_sandboxes: dict[str, AsyncSandbox] = field(default_factory=dict)
     _creating: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def create(self, image: str | None = None, ttl_seconds: int | None = None, origin: str = "") -> AsyncSandbox:
+    async def create(self, image: str | None = None, ttl_seconds: int | None = None, origin: str = "",
+                     from_save: str | None = None) -> AsyncSandbox:
         return await AsyncSandbox.create(image=image or self.image, ttl_seconds=ttl_seconds or self.ttl_seconds,
                                          metadata={"client": "sandbox-kernel-mcp", "mcp_session": origin},
-                                         config=self.config)
+                                         config=self.config, from_save=from_save)
 
     async def sandbox(self, ctx: Context | None, sandbox_id: str) -> AsyncSandbox:
         """The sandbox a call names, else its session's (made on first use)."""
@@ -142,13 +143,17 @@ class Tools:
         self.state = state
 
     @refusals_as_results
-    async def create_sandbox(self, image: str = "", ttl_seconds: int = 0) -> CallToolResult:
+    async def create_sandbox(self, image: str = "", ttl_seconds: int = 0, from_save: str = "") -> CallToolResult:
         """Create a new sandbox (a stateful Python interpreter with its own /workspace) and
-        return its sandbox_id, to pass to the other tools. Optional: image name, ttl_seconds."""
-        sbx = await self.state.create(image or None, ttl_seconds or None, origin="create_sandbox")
+        return its sandbox_id, to pass to the other tools. Optional: image name, ttl_seconds,
+        from_save (a save_id from save_sandbox: its variables are loaded, and `restored` says
+        what came back and what did not)."""
+        sbx = await self.state.create(image or None, ttl_seconds or None, origin="create_sandbox",
+                                      from_save=from_save or None)
         try:
             info = sbx.info
-            return _json({"sandbox_id": sbx.id, "image": info.image, "expires_at": info.expires_at})
+            made = {"sandbox_id": sbx.id, "image": info.image, "expires_at": info.expires_at}
+            return _json({**made, "restored": info.restored} if info.restored is not None else made)
         finally:
             await sbx.close()
 
@@ -173,6 +178,15 @@ class Tools:
         finally:
             await sbx.close()
         return _json({"sandbox_id": sbx.id, "deleted": True})
+
+    @refusals_as_results
+    async def save_sandbox(self, ctx: Context, sandbox_id: str = "", label: str = "") -> CallToolResult:
+        """Save a sandbox's variables by value (default: this session's), to continue later
+        after it ends: returns save_id, what was saved and what could not be (open files,
+        sockets, threads). create_sandbox(from_save=save_id) brings them back."""
+        sbx = await self.state.sandbox(ctx, sandbox_id)
+        saved = await sbx.saves.save(label or None)
+        return _json({"save_id": saved["id"], "bytes": saved.get("bytes"), "summary": saved.get("summary")})
 
     @refusals_as_results
     async def run_code(self, ctx: Context, code: str, sandbox_id: str = "", timeout_seconds: float = 0) -> CallToolResult:
@@ -232,7 +246,7 @@ class Tools:
 
 
 TOOL_NAMES = ("create_sandbox", "list_sandboxes", "delete_sandbox", "run_code", "run_command", "write_file",
-              "read_file", "list_files")
+              "read_file", "list_files", "save_sandbox")
 
 
 def build_server(state: SandboxMCP, *, with_commands: bool | None = None) -> MCPServer:

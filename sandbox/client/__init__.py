@@ -19,13 +19,13 @@ attach its own instance.
 Every failure the server reports arrives as a `SandboxError` subclass carrying the
 server's own message (errors.py). Which server: the one of the state directory (its unix
 socket), unless a URL is given (configuration.py). What the server answers: models.py.
-`list_sandboxes`, `health` and `server_info` here are the blocking ones; the awaitable
+`list_sandboxes`, `list_saves`, `delete_save`, `health` and `server_info` here are the blocking ones; the awaitable
 ones are in sandbox.client.async_client.
 """
 
 from __future__ import annotations
 
-from .async_client import AsyncCommands, AsyncFiles, AsyncSandbox
+from .async_client import AsyncCommands, AsyncFiles, AsyncSandbox, AsyncSaves
 from .configuration import DEFAULT_TIMEOUT, ServerConfig, default_state_dir, resolve
 from .errors import (
     InvalidRequest,
@@ -36,12 +36,13 @@ from .errors import (
     Unauthorized,
 )
 from .models import CommandResult, Execution, ExecutionError, FileInfo, FileList, Limits, SandboxInfo
-from .sync_client import Commands, Files, Sandbox, health, list_sandboxes, server_info
+from .sync_client import Commands, Files, Sandbox, Saves, delete_save, health, list_sandboxes, list_saves, server_info
 
 __all__ = [
     "AsyncCommands",
     "AsyncFiles",
     "AsyncSandbox",
+    "AsyncSaves",
     "CommandResult",
     "Commands",
     "DEFAULT_TIMEOUT",
@@ -57,12 +58,15 @@ __all__ = [
     "SandboxGone",
     "SandboxInfo",
     "SandboxNotFound",
+    "Saves",
     "ServerConfig",
     "ServerUnavailable",
     "Unauthorized",
     "default_state_dir",
+    "delete_save",
     "health",
     "list_sandboxes",
+    "list_saves",
     "resolve",
     "server_info",
 ]

@@ -292,6 +292,30 @@ class AsyncCommands:
         return list((body or {}).get("commands", []))
 
 
+class AsyncSaves:
+    """A sandbox's variables by value (`sandbox.saves`): saved and loaded inside the sandbox, the
+    bytes kept by the server, which never loads them. A new sandbox starts from a save with
+    `create(from_save=ID)`; `list_saves` and `delete_save` need no sandbox."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def save(self, label: str | None = None) -> dict[str, t.Any]:
+        """Save the variables; the answer has the save's `id` and a `summary` naming what was
+        saved and what could not be (open files, sockets, threads, generators). A save past the
+        server's caps raises SandboxError (code save_refused) and loses nothing."""
+        sbx = self._sandbox
+        return await sbx._transport.request("POST", sbx._url("save"), json=drop_none(label=label),
+                                            timeout=transfer_timeout(sbx._transport.timeout))
+
+    async def restore(self, save_id: str) -> dict[str, t.Any]:
+        """Load a save into the sandbox's variables: what came back (`restored`), what did not
+        (`lost`: name, type, why) and the save (`save`, with its `age_seconds`)."""
+        sbx = self._sandbox
+        return await sbx._transport.request("POST", sbx._url("restore"), json={"save_id": save_id},
+                                            timeout=transfer_timeout(sbx._transport.timeout))
+
+
 class AsyncSandbox:
     """A stateful Python sandbox on the server: variables survive from one `run_code` to
     the next until the sandbox is deleted, expires or dies.
@@ -318,6 +342,7 @@ class AsyncSandbox:
         self._info = info
         self.files = AsyncFiles(self)
         self.commands = AsyncCommands(self)
+        self.saves = AsyncSaves(self)
 
     # -- construction
 
@@ -342,22 +367,23 @@ class AsyncSandbox:
         egress: dict[str, t.Any] | None = None,
         isolation: str | None = None,
         on_idle: str | None = None,
+        from_save: str | None = None,
     ) -> AsyncSandbox:
         """Claim a new sandbox; unset limits take the server's defaults.
 
-        `end_with_caller`: the server ends the sandbox as soon as this process exits (the
-        kernel's link; over a unix socket only, where the server knows the caller's pid).
-        `egress`: the hosts it may reach through the server's egress proxy, e.g.
+        `end_with_caller`: the server ends the sandbox as soon as this process exits (the kernel's
+        link; over a unix socket only). `egress`: the hosts it may reach through the server's egress proxy, e.g.
         ``{"allow": ["api.example.org"], "secrets": ["API_KEY"], "pip": True}`` (default: none).
-        `isolation`: "bwrap" or "gvisor" (default: the server's); `on_idle`: "delete" or
-        "pause" (gvisor: the idle TTL checkpoints the sandbox instead of ending it).
+        `isolation`: "bwrap" or "gvisor" (default: the server's); `on_idle`: "delete" or "pause" (gvisor:
+        the idle TTL checkpoints it instead); `from_save`: a save to load, inside it (`info.restored`).
         """
         config = config or resolve(url, token, state_dir)
         tout = as_timeout(timeout)
         sbx = cls("", timeout=tout, config=config)
         request = drop_none(image=image, ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds,
                             memory_mb=memory_mb, cpus=cpus, pids=pids, disk_mb=disk_mb, metadata=metadata,
-                            end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle)
+                            end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle,
+                            from_save=from_save)
         body = await _closing_on_failure(sbx, lambda: sbx._transport.request(
             "POST", "/v1/sandboxes", json=request, timeout=create_timeout(tout)))
         sbx._info = SandboxInfo.from_dict(body)
@@ -621,6 +647,57 @@ async def list_sandboxes(
     finally:
         await tr.close()
     return [SandboxInfo.from_dict(s) for s in body.get("sandboxes", [])]
+
+
+async def list_saves(
+    label: str | None = None,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> list[dict[str, t.Any]]:
+    """Your saves (of `label` only, when given), newest first, each with its `age_seconds`."""
+    tr = _AsyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        body = await tr.request("GET", "/v1/saves", params=drop_none(label=label))
+    finally:
+        await tr.close()
+    return list(body.get("saves", []))
+
+
+async def last_save_failure(
+    label: str,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> dict[str, t.Any] | None:
+    """The last save the server could not make under `label` before a sandbox ended (`message`
+    says why, `at` when), if none succeeded since; else None."""
+    tr = _AsyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        body = await tr.request("GET", "/v1/saves", params={"label": label})
+    finally:
+        await tr.close()
+    return body.get("last_failure")
+
+
+async def delete_save(
+    save_id: str,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> None:
+    """Delete one of your saves."""
+    tr = _AsyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        await tr.request("DELETE", f"/v1/saves/{quote(save_id, safe='')}")
+    finally:
+        await tr.close()
 
 
 async def health(

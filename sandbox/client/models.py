@@ -69,6 +69,8 @@ class SandboxInfo:
     sleeps_at: datetime | None = None
     # What it uses (docs/api.md, `usage`): cpu_seconds, memory_bytes, memory_peak_bytes, disk_bytes, ...
     usage: dict[str, t.Any] = field(default_factory=dict)
+    # A create's from_save: what came back, what did not (name, type, why), the save and its age
+    restored: dict[str, t.Any] | None = None
     raw: dict[str, t.Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -93,6 +95,7 @@ class SandboxInfo:
             paused_at=_parse_time(data.get("paused_at")),
             sleeps_at=_parse_time(data.get("sleeps_at")),
             usage=dict(data.get("usage") or {}),
+            restored=data.get("restored") if isinstance(data.get("restored"), dict) else None,
             raw=dict(data),
         )
 

@@ -294,6 +294,30 @@ class Commands:
         return list((body or {}).get("commands", []))
 
 
+class Saves:
+    """A sandbox's variables by value (`sandbox.saves`): saved and loaded inside the sandbox, the
+    bytes kept by the server, which never loads them. A new sandbox starts from a save with
+    `create(from_save=ID)`; `list_saves` and `delete_save` need no sandbox."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def save(self, label: str | None = None) -> dict[str, t.Any]:
+        """Save the variables; the answer has the save's `id` and a `summary` naming what was
+        saved and what could not be (open files, sockets, threads, generators). A save past the
+        server's caps raises SandboxError (code save_refused) and loses nothing."""
+        sbx = self._sandbox
+        return sbx._transport.request("POST", sbx._url("save"), json=drop_none(label=label),
+                                            timeout=transfer_timeout(sbx._transport.timeout))
+
+    def restore(self, save_id: str) -> dict[str, t.Any]:
+        """Load a save into the sandbox's variables: what came back (`restored`), what did not
+        (`lost`: name, type, why) and the save (`save`, with its `age_seconds`)."""
+        sbx = self._sandbox
+        return sbx._transport.request("POST", sbx._url("restore"), json={"save_id": save_id},
+                                            timeout=transfer_timeout(sbx._transport.timeout))
+
+
 class Sandbox:
     """A stateful Python sandbox on the server: variables survive from one `run_code` to
     the next until the sandbox is deleted, expires or dies.
@@ -320,6 +344,7 @@ class Sandbox:
         self._info = info
         self.files = Files(self)
         self.commands = Commands(self)
+        self.saves = Saves(self)
 
     # -- construction
 
@@ -344,22 +369,23 @@ class Sandbox:
         egress: dict[str, t.Any] | None = None,
         isolation: str | None = None,
         on_idle: str | None = None,
+        from_save: str | None = None,
     ) -> Sandbox:
         """Claim a new sandbox; unset limits take the server's defaults.
 
-        `end_with_caller`: the server ends the sandbox as soon as this process exits (the
-        kernel's link; over a unix socket only, where the server knows the caller's pid).
-        `egress`: the hosts it may reach through the server's egress proxy, e.g.
+        `end_with_caller`: the server ends the sandbox as soon as this process exits (the kernel's
+        link; over a unix socket only). `egress`: the hosts it may reach through the server's egress proxy, e.g.
         ``{"allow": ["api.example.org"], "secrets": ["API_KEY"], "pip": True}`` (default: none).
-        `isolation`: "bwrap" or "gvisor" (default: the server's); `on_idle`: "delete" or
-        "pause" (gvisor: the idle TTL checkpoints the sandbox instead of ending it).
+        `isolation`: "bwrap" or "gvisor" (default: the server's); `on_idle`: "delete" or "pause" (gvisor:
+        the idle TTL checkpoints it instead); `from_save`: a save to load, inside it (`info.restored`).
         """
         config = config or resolve(url, token, state_dir)
         tout = as_timeout(timeout)
         sbx = cls("", timeout=tout, config=config)
         request = drop_none(image=image, ttl_seconds=ttl_seconds, max_lifetime_seconds=max_lifetime_seconds,
                             memory_mb=memory_mb, cpus=cpus, pids=pids, disk_mb=disk_mb, metadata=metadata,
-                            end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle)
+                            end_with_caller=end_with_caller, egress=egress, isolation=isolation, on_idle=on_idle,
+                            from_save=from_save)
         body = _closing_on_failure(sbx, lambda: sbx._transport.request(
             "POST", "/v1/sandboxes", json=request, timeout=create_timeout(tout)))
         sbx._info = SandboxInfo.from_dict(body)
@@ -623,6 +649,57 @@ def list_sandboxes(
     finally:
         tr.close()
     return [SandboxInfo.from_dict(s) for s in body.get("sandboxes", [])]
+
+
+def list_saves(
+    label: str | None = None,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> list[dict[str, t.Any]]:
+    """Your saves (of `label` only, when given), newest first, each with its `age_seconds`."""
+    tr = _SyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        body = tr.request("GET", "/v1/saves", params=drop_none(label=label))
+    finally:
+        tr.close()
+    return list(body.get("saves", []))
+
+
+def last_save_failure(
+    label: str,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> dict[str, t.Any] | None:
+    """The last save the server could not make under `label` before a sandbox ended (`message`
+    says why, `at` when), if none succeeded since; else None."""
+    tr = _SyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        body = tr.request("GET", "/v1/saves", params={"label": label})
+    finally:
+        tr.close()
+    return body.get("last_failure")
+
+
+def delete_save(
+    save_id: str,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    config: ServerConfig | None = None,
+) -> None:
+    """Delete one of your saves."""
+    tr = _SyncTransport(config or resolve(url, token, state_dir), DEFAULT_TIMEOUT)
+    try:
+        tr.request("DELETE", f"/v1/saves/{quote(save_id, safe='')}")
+    finally:
+        tr.close()
 
 
 def health(

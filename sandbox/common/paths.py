@@ -68,6 +68,11 @@ class StateDir:
     def sandboxes(self) -> str:
         return os.path.join(self.root, "sandboxes")
 
+    @property
+    def saves(self) -> str:
+        """Namespaces saved by value, per owner (sandbox/core/saves.py)."""
+        return os.path.join(self.root, "saves")
+
     def sandbox(self, sandbox_id: str) -> str:
         return os.path.join(self.sandboxes, sandbox_id)
 

@@ -57,6 +57,10 @@ class ServiceConfig(Configurable):
     execute_timeout_seconds = Int(600, help="Default per-execute wall time.").tag(config=True)
     file_max_bytes = Int(100 * MiB, help="Largest file one upload may write or one download may read (by its "
                                          "apparent size: a sparse file counts whole).").tag(config=True)
+    save_max_mb = Int(1024, help="Largest save of a sandbox's namespace by value (POST /v1/sandboxes/{id}/save); "
+                      "a larger one is refused with a note and nothing is lost.").tag(config=True)
+    saves_max_mb = Int(4096, help="Cap on the bytes of all of one owner's saves together.").tag(config=True)
+    save_seconds = Int(120, help="Time bound of one save by value (inside the sandbox).").tag(config=True)
     request_max_bytes = Int(1 * MiB, help="Largest JSON request body.").tag(config=True)
     files_list_max = Int(10000, help="Directory entries one GET /files reads at most; past that the listing says "
                                       "truncated: true.").tag(config=True)

@@ -11,7 +11,9 @@ no state of a sandbox of its own; each job has one part:
 - ``pause_resume.PauseResume``: checkpoints, restores and forks (gVisor);
 - ``reaper.Reaper``: the once-a-second clock (ended supervisors, paused lifetimes, tombstones);
 - ``sleeper.Sleeper``: idle gVisor sandboxes paused after ``gvisor_sleep_after_seconds``;
-- ``readoption.Readoption``: taking back, after a restart, what a previous server left.
+- ``readoption.Readoption``: taking back, after a restart, what a previous server left;
+- ``saving.StateSaving``: namespaces saved by value into ``saves.SaveStore``, and loaded back;
+- ``end_saver.EndSaver``: sandboxes with a ``save_label`` saved so before their TTL or the stop ends them.
 
 Each sandbox's supervisor writes ``state.json`` and serves a control socket, so after a
 server restart the registry is rebuilt from the state directory (see readoption.py).
@@ -34,6 +36,9 @@ from ..common.paths import StateDir
 from .pause_resume import PauseResume
 from .readoption import Readoption, sandboxes_left
 from .reaper import Reaper
+from .saves import SaveStore
+from .saving import StateSaving
+from .end_saver import EndSaver
 from .sleeper import Sleeper
 from .registry import Registry
 from ..runtime import vocabulary as V
@@ -64,8 +69,11 @@ class SandboxManager:
         self.pausing = PauseResume(config, self.state_dir, self.registry, self.calls, self.launcher, self.gate,
                                    self.ledger)
         self.sleeper = Sleeper(config, self.registry, self.pausing)
+        self.saves = SaveStore(self.state_dir.saves, config.saves_max_mb * 1024 * 1024)
+        self.saving = StateSaving(config, self.saves, self.calls)
+        self.end_saver = EndSaver(self.registry, self.saving, self.calls, self.tenancy, config.save_seconds)
         self.reaper = Reaper(self.state_dir, self.registry, self.pausing.end_paused, self.pausing.resting,
-                             self.sleeper.tick)
+                             self._each_second)
         self.readoption = Readoption(self.state_dir, self.registry, self.calls, self.pool, self.egress,
                                      self._caller_exited)
         self.tasks: list[asyncio.Task] = []
@@ -119,10 +127,17 @@ class SandboxManager:
             task.cancel()
         self.sleeper.stop()
         self.tenancy.close()
+        self.end_saver.cancel()
         ending = [h for h in list(self.live.values())
                   if self.config.delete_on_shutdown or h.record.get("state") == V.POOLED]
+        await self.end_saver.save_all_before_stop(ending)
         await asyncio.gather(*(self.end(h, "the server shut down") for h in ending), return_exceptions=True)
         self.kept = sorted(i for i, h in self.live.items() if h.record.get("state") != V.POOLED)
+
+    def _each_second(self, now: float) -> None:
+        """The reaper's call each second: idle gVisor sandboxes to sleep, nearly expired ones saved."""
+        self.sleeper.tick(now)
+        self.end_saver.tick(now)
 
     # ---------------------------------------------------------------- lookups
     def get(self, sandbox_id: str) -> Handle:
@@ -169,6 +184,8 @@ class SandboxManager:
         """``owner``: the tenant's uid on a shared server; ``caller``: the peer (pid) to end
         the sandbox with when the request asks for ``end_with_caller``."""
         self.gate.check()
+        if request.get("from_save"):
+            self.saves.get(owner, request["from_save"])  # 404 before anything is made
         image = request.get("image") or self.config.default_image
         if self.images.get(image) is None:
             raise ApiError(404, "not_found", f"no image named {image!r}; build it with: sandbox-kernel image build {image} --pip ...")
@@ -195,7 +212,17 @@ class SandboxManager:
         if link is not None or (caller is not None and request.get("end_with_caller")):
             self.tenancy.watch(handle.id, link or Link(caller.pid, -1), self._caller_exited)
         self.pool.refill_soon()
-        return self.describe(handle)
+        view = self.describe(handle)
+        if request.get("from_save"):
+            view["restored"] = await self._restore_into(handle, owner, request["from_save"])
+        return view
+
+    async def _restore_into(self, handle: Handle, owner: int | None, save_id: str) -> dict:
+        """A new sandbox's state from a save, loaded inside it; a failure is said, the sandbox kept."""
+        try:
+            return await self.saving.restore(handle, owner, save_id)
+        except ApiError as exc:
+            return {"error": exc.message}
 
     async def delete(self, sandbox_id: str, reason: str = "it was deleted") -> dict:
         handle = self.get(sandbox_id)  # 404/410 for unknown, ended and pooled ids

@@ -43,8 +43,10 @@ DEFAULT_IMAGE = "default"
 IMAGE_FORMAT = 2  # 2: venvs at neutral sandbox paths, trees packed into ext4 images
 SANDBOX_IMAGES = "/opt/sandbox-images"  # where a sandbox sees each image's venv, by name
 # ipywidgets 8.1 speaks widget protocol 2, the one of JupyterLab's widget manager
-# (jupyterlab_widgets 3, the `lab` extra); tqdm for its notebook progress bars.
-DEFAULT_PACKAGES = ["ipython", "matplotlib-inline", "numpy", "pandas", "matplotlib", "ipywidgets>=8.1,<9", "tqdm"]
+# (jupyterlab_widgets 3, the `lab` extra); tqdm for its notebook progress bars; cloudpickle
+# saves a namespace by value, lambdas and cell-defined classes too (runtime/saving.py).
+DEFAULT_PACKAGES = ["ipython", "matplotlib-inline", "numpy", "pandas", "matplotlib", "ipywidgets>=8.1,<9", "tqdm",
+                    "cloudpickle"]
 DEFAULT_PRELOAD = ["numpy", "pandas", "matplotlib.pyplot"]
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
@@ -167,7 +169,7 @@ class ImageStore:
             users = ", ".join(filter(None, [f"{sandboxes} sandbox(es)" if sandboxes else "",
                                             f"the images {', '.join(layered)}" if layered else ""]))
             progress(f"warning: the default image was built by an older version without {', '.join(missing)} "
-                     f"(widgets and progress bars need them); it is kept because {users} use it: once they are "
+                     f"(widgets, progress bars and saves by value need them); it is kept because {users} use it: once they are "
                      f"gone, stop the server, run `sandbox-kernel image rm {DEFAULT_IMAGE}` and start it again")
             return
         progress(f"the default image was built by an older version without {', '.join(missing)}: building it again")

@@ -19,7 +19,7 @@ import threading
 import time
 import traceback
 
-from . import egress_forwarder, fitting, framecheck, introspection
+from . import egress_forwarder, fitting, framecheck, introspection, saving
 from . import vocabulary as V
 from .capture import OutputBudget, PipeDrain
 from .commands import CommandRunner
@@ -202,6 +202,14 @@ class Runtime:
         os.sync()
         self.send({"type": V.REPLY, "id": message.get("id"), "ok": True})
 
+    def do_save(self, message: dict) -> None:
+        """Save the user namespace by value (saving.py); a refusal is a note, never a loss."""
+        self.send_reply(saving_request(saving.save, self.shell, message,
+                                       int(message.get("max_bytes") or 0), float(message.get("seconds") or 60)))
+
+    def do_restore(self, message: dict) -> None:
+        self.send_reply(saving_request(saving.restore, self.shell, message))
+
     def do_execute(self, message: dict) -> None:
         def run() -> bool:
             result = self.shell.run_cell(
@@ -313,6 +321,21 @@ class Runtime:
 
     def do_is_complete(self, message: dict) -> None:
         self.send_reply(introspection.is_complete(self.shell, message))
+
+
+def saving_request(work, shell, message: dict, *args) -> dict:
+    """Run a save or restore on ``message["path"]`` (under /workspace) and make its reply."""
+    reply = {"type": V.REPLY, "id": message.get("id")}
+    path = os.path.join("/workspace", str(message.get("path") or ""))
+    try:
+        reply.update(ok=True, saved_state=work(shell, path, *args))
+    except saving.SaveRefused as exc:
+        reply["error"] = str(exc)
+    except KeyboardInterrupt:
+        reply["error"] = "interrupted"
+    except BaseException as exc:  # the user's objects failed to pickle or load: say how
+        reply["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    return reply
 
 
 def setup_matplotlib(preload: list[str]) -> None:

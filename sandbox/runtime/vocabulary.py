@@ -94,8 +94,12 @@ OP_INPUT_REPLY = "input_reply"
 # host's disk (under gVisor the Sentry caches file data; a checkpoint keeps that cache in
 # the image, not on disk, and a restore that finds the disk older drops it).
 OP_SYNC = "sync"
+# State by value (runtime/saving.py): write the user namespace to a file in /workspace, or
+# load one; queued behind cells, so a save sees the namespace between two of them.
+OP_SAVE = "save"
+OP_RESTORE = "restore"
 OPS = frozenset({OP_EXECUTE, OP_INTERRUPT, OP_PING, OP_COMPLETE, OP_INSPECT, OP_IS_COMPLETE,
-                 OP_COMMAND, OP_COMMAND_SIGNAL, OP_COMM, OP_INPUT_REPLY, OP_SYNC})
+                 OP_COMMAND, OP_COMMAND_SIGNAL, OP_COMM, OP_INPUT_REPLY, OP_SYNC, OP_SAVE, OP_RESTORE})
 
 # Bounds of what the frontend sends in (checked by the API) and the sandbox sends out.
 PROMPT_MAX_CHARS = 4096        # an input_request's prompt (longer ones are cut)
@@ -353,6 +357,8 @@ REPLY_FIELDS: dict[str, FieldSpec] = {
     "data": FieldSpec(Kind.BUNDLE, required=False),
     "status": FieldSpec(Kind.STR, required=False, choices=("complete", "incomplete", "invalid", "unknown")),
     "indent": FieldSpec(Kind.STR, required=False),
+    # a save's or restore's summary (runtime/saving.py); the host keeps only what it checked
+    "saved_state": FieldSpec(Kind.OBJECT, required=False),
 }
 
 

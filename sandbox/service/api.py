@@ -31,6 +31,7 @@ from ..core import descriptors
 from ..images import image_packages
 from .auth import Auth, caller_of
 from ..common.errors import ApiError
+from ..core import saves
 from ..core.files import Workspace
 from ..core.filework import FileWork
 from ..core.handles import Handle
@@ -41,8 +42,8 @@ from ..runtime import vocabulary as V
 from ..usage import report, store as usage_store
 from ..usage.metrics import CONTENT_TYPE as METRICS_TYPE, ServerMetrics
 from .ndjson import MEDIA_TYPE as NDJSON, NdjsonResponse
-from .openapi import (COMMAND_ID, FILE_LIST, FILE_PATH, IMAGE_NAME, INFO, SANDBOX_ID, SANDBOX_REF, SANDBOX_SCOPE,
-                      SECRET_NAME, SECRET_VIEW, USAGE_RECORDS, USAGE_SANDBOX, USAGE_SINCE, document, json_body, op)
+from .openapi import (COMMAND_ID, FILE_LIST, FILE_PATH, IMAGE_NAME, INFO, LABEL, SANDBOX_ID, SANDBOX_REF,
+                      SANDBOX_SCOPE, SAVE_ID, SECRET_NAME, SECRET_VIEW, USAGE_RECORDS, USAGE_SANDBOX, USAGE_SINCE, document, json_body, op)
 
 log = logging.getLogger("sandbox.service.api")
 
@@ -294,6 +295,38 @@ async def fork(request: Request):
     return JSONResponse(labelled(request, forked), status_code=201)
 
 
+# ----------------------------------------------------------- state by value
+async def save_sandbox(request: Request):
+    manager, handle = manager_of(request), await live(request)
+    data = await body(request, schemas.SAVE)
+    saved = await manager.saving.save(handle, caller_of(request).tenant, data.get("label"))
+    return JSONResponse(saved, status_code=201)
+
+
+async def restore_sandbox(request: Request):
+    manager, handle = manager_of(request), await live(request)
+    data = await body(request, schemas.RESTORE)
+    return JSONResponse(await manager.saving.restore(handle, caller_of(request).tenant, data["save_id"]))
+
+
+async def list_saves(request: Request):
+    store = manager_of(request).saves
+    owner, label = caller_of(request).tenant, request.query_params.get("label")
+    found = await asyncio.to_thread(store.list, owner, label)
+    # with a label: the last save the server could not make under it, since the last that it made
+    return JSONResponse({"saves": [saves.public(r) for r in found], "last_failure": store.last_failure(owner, label)})
+
+
+async def get_save(request: Request):
+    return JSONResponse(saves.public(manager_of(request).saves.get(caller_of(request).tenant,
+                                                                   request.path_params["save_id"])))
+
+
+async def delete_save(request: Request):
+    store = manager_of(request).saves
+    return JSONResponse(await asyncio.to_thread(store.delete, caller_of(request).tenant, request.path_params["save_id"]))
+
+
 async def interrupt(request: Request):
     reply = await manager_of(request).call(await live(request), {"op": "interrupt"})
     return JSONResponse({"interrupted": reply.get("interrupted", False)})
@@ -499,6 +532,20 @@ ENDPOINTS = (
     Endpoint("DELETE", SID, delete_sandbox, op("Delete a sandbox and kill all of its processes", params=[SANDBOX_ID])),
     Endpoint("POST", SID + "/renew", renew, op("Renew the TTL", params=[SANDBOX_ID], body=json_body(schemas.RENEW),
                                                errors=ON_SANDBOX)),
+    Endpoint("POST", SID + "/save", save_sandbox, op(
+        "Save the sandbox's namespace by value (inside it: cloudpickle, arrays and frames as raw buffers) into "
+        "your store of saves; what cannot be saved (open files, sockets, threads, generators) is named in the "
+        "summary. 409 save_refused, with nothing lost, past save_max_mb, your saves_max_mb or save_seconds",
+        ok="201", params=[SANDBOX_ID], body=json_body(schemas.SAVE), errors=(400, 401, 404, 409, 410, 413, 422, 503))),
+    Endpoint("POST", SID + "/restore", restore_sandbox, op(
+        "Load a save into this sandbox's namespace (inside the sandbox; the server never unpickles a save): "
+        "what came back, what did not, and the save's age", params=[SANDBOX_ID], body=json_body(schemas.RESTORE),
+        errors=(400, 401, 404, 410, 413, 422, 503))),
+    Endpoint("GET", "/v1/saves", list_saves, op("Your saves, newest first (?label= for one label's)", params=[LABEL],
+                                                     errors=(401,))),
+    Endpoint("GET", "/v1/saves/{save_id}", get_save, op("One save: its label, source, age, size and summary",
+                                                        params=[SAVE_ID], errors=(401, 404))),
+    Endpoint("DELETE", "/v1/saves/{save_id}", delete_save, op("Delete a save", params=[SAVE_ID], errors=(401, 404))),
     Endpoint("POST", SID + "/interrupt", interrupt, op("Interrupt the running cell", params=[SANDBOX_ID])),
     Endpoint("POST", SID + "/pause", pause, op(
         "Pause a gvisor sandbox: checkpoint its live interpreter to disk and free its memory; the next call "

@@ -118,7 +118,13 @@ CREATE = {
     "on_idle": Field(str, pattern="|".join(V.ON_IDLE), description="What the idle TTL does when it runs out: "
                      "'delete' (the default) or 'pause' (gvisor only: checkpoint to disk, restored on the next call; "
                      "the maximum lifetime still applies)."),
+    "from_save": Field(str, pattern=r"sv-[0-9a-f]{16}", description="A save of yours (POST /v1/sandboxes/{id}/save) "
+                       "to load into the new sandbox, inside it; the answer's `restored` says what came back, what "
+                       "did not, and how old the save is."),
 }
+SAVE = {"label": Field(str, max_length=512, description="Your name for the save (a notebook's, an agent's "
+                       "task's); GET /v1/saves?label= finds it.")}
+RESTORE = {"save_id": Field(str, required=True, pattern=r"sv-[0-9a-f]{16}", description="The save to load.")}
 #: A fork takes the source's image, limits and isolation; its own life and labels may differ.
 FORK = {k: CREATE[k] for k in ("ttl_seconds", "max_lifetime_seconds", "metadata")}
 SECRET = {

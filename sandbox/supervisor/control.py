@@ -180,6 +180,24 @@ class ControlServer:
         reply["ok"] = True
         return reply
 
+    async def op_save(self, request: dict) -> dict:
+        return await self._saving(request, ("path", "max_bytes", "seconds"))
+
+    async def op_restore(self, request: dict) -> dict:
+        return await self._saving(request, ("path",))
+
+    async def _saving(self, request: dict, keys: tuple[str, ...]) -> dict:
+        """A save or restore by value (runtime/saving.py), which may take a while (``timeout``);
+        the runtime's refusal (a cap, a time bound, an unloadable save) is a note, not a failure."""
+        timeout = request.get("timeout")
+        # After the running cell; the TTL waits for it too. It does not slide the TTL: a save
+        # just before the TTL's end (core/end_saver.py) must not keep the sandbox alive.
+        async with self.supervisor.exec_lock:
+            reply = await self.supervisor.channel.request(
+                {"op": request["op"], **{k: request[k] for k in keys if k in request}},
+                timeout=float(timeout) if isinstance(timeout, (int, float)) else 600.0)
+        return {"ok": True, "saved_state": reply.get("saved_state"), "refused": reply.get("error")}
+
     async def op_delete(self, request: dict) -> dict:
         supervisor = self.supervisor
         asyncio.get_running_loop().call_soon(

@@ -305,13 +305,15 @@ def test_function_tools_drive_one_sandbox(sandbox_server: support.Server) -> Non
         call(name="list_files", args={}),
         call(name="read_file", args={"path": "notes/a.txt"}),
         call(name="sandbox_usage", args={}),
+        call(name="save_state", args={"label": "adk-task"}),
         lambda output: f"Done: {output}",
     ])
 
     async def main() -> tuple[str, list[dict]]:
         async with await AsyncSandbox.create(url=sandbox_server.url, token=sandbox_server.token) as sbx:
             tools = sandbox_tools(sbx)
-            assert {tl.name for tl in tools} >= {"run_code", "read_file", "write_file", "list_files", "sandbox_usage"}
+            assert {tl.name for tl in tools} >= {"run_code", "read_file", "write_file", "list_files", "sandbox_usage",
+                                                 "save_state"}
             agent = LlmAgent(name="tooluser", model=model, tools=tools)
             runner = InMemoryRunner(agent=agent, app_name=APP)
             session = await runner.session_service.create_session(app_name=APP, user_id=USER)
@@ -322,7 +324,11 @@ def test_function_tools_drive_one_sandbox(sandbox_server: support.Server) -> Non
             return final, responses
 
     final, responses = asyncio.run(main())
-    assert len(responses) == 6, responses
+    assert len(responses) == 7, responses
+    assert responses[6]["save_id"].startswith("sv-") and "q" in responses[6]["saved"], responses[6]
+    with sandbox_server.client() as c:
+        assert c.get(f"/v1/saves/{responses[6]['save_id']}").json()["label"] == "adk-task"
+        c.delete(f"/v1/saves/{responses[6]['save_id']}")
     assert responses[1]["exit_code"] == 0 and responses[1]["stdout"].strip() == "1.01", responses
     assert responses[2]["exit_code"] == 0, responses
     assert {"path": "notes/a.txt", "size": 4, "type": "file"} in responses[3]["files"], responses
@@ -330,7 +336,7 @@ def test_function_tools_drive_one_sandbox(sandbox_server: support.Server) -> Non
     usage = responses[5]  # pandas is loaded: tens of MB, below the sandbox's limit
     assert 10 * 2**20 < usage["memory_bytes"] < usage["memory_limit_bytes"], usage
     assert usage["cpu_seconds"] > 0, usage
-    assert final.startswith("Done: ") and "memory_limit_bytes" in final  # the last answer reached the model
+    assert final.startswith("Done: ") and "save_id" in final  # the last answer reached the model
 
 
 @pytest.mark.slow

@@ -21,7 +21,8 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 import support  # noqa: E402
 
-TOOLS = {"create_sandbox", "list_sandboxes", "delete_sandbox", "run_code", "write_file", "read_file", "list_files"}
+TOOLS = {"create_sandbox", "list_sandboxes", "delete_sandbox", "run_code", "write_file", "read_file", "list_files",
+         "save_sandbox"}
 
 
 def texts(result: t.Any) -> str:
@@ -66,6 +67,15 @@ async def exercise(client: Client, server: support.Server) -> dict[str, t.Any]:
     assert texts(await client.call_tool("read_file", {"path": "q/ctr.txt"})) == "1.01"
     missing = await client.call_tool("read_file", {"path": "../etc/passwd"})
     assert missing.is_error and "sandbox server:" in texts(missing), missing
+
+    saved = json.loads(texts(await client.call_tool("save_sandbox", {"label": "task-1"})))
+    assert {"x", "df"} <= {i["name"] for i in saved["summary"]["saved"]}, saved  # the session's variables
+    back = json.loads(texts(await client.call_tool("create_sandbox", {"from_save": saved["save_id"]})))
+    assert {"x", "df"} <= {i["name"] for i in back["restored"]["restored"]}, back
+    assert texts(await client.call_tool("run_code", {"code": "x", "sandbox_id": back["sandbox_id"]})).strip() == "42"
+    await client.call_tool("delete_sandbox", {"sandbox_id": back["sandbox_id"]})
+    with server.client() as c:
+        c.delete(f"/v1/saves/{saved['save_id']}")
 
     made = json.loads(texts(await client.call_tool("create_sandbox", {"ttl_seconds": 300})))
     other = made["sandbox_id"]

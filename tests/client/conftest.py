@@ -50,7 +50,8 @@ class Blocking:
         self._loop = loop
 
     def _wrap(self, value: t.Any) -> t.Any:
-        if isinstance(value, (async_client.AsyncSandbox, async_client.AsyncFiles, async_client.AsyncCommands)):
+        if isinstance(value, (async_client.AsyncSandbox, async_client.AsyncFiles, async_client.AsyncCommands,
+                              async_client.AsyncSaves)):
             return Blocking(value, self._loop)
         return value
 
@@ -73,7 +74,8 @@ class Blocking:
 
 def sync_flavour() -> types.SimpleNamespace:
     return types.SimpleNamespace(
-        name="sync", Sandbox=Sandbox, list_sandboxes=sync_client.list_sandboxes, health=sync_client.health
+        name="sync", Sandbox=Sandbox, list_sandboxes=sync_client.list_sandboxes, health=sync_client.health,
+        list_saves=sync_client.list_saves, delete_save=sync_client.delete_save,
     )
 
 
@@ -86,6 +88,8 @@ def async_flavour(loop: LoopThread) -> types.SimpleNamespace:
         Sandbox=Blocking(async_client.AsyncSandbox, loop),
         list_sandboxes=blocking(async_client.list_sandboxes),
         health=blocking(async_client.health),
+        list_saves=blocking(async_client.list_saves),
+        delete_save=blocking(async_client.delete_save),
     )
 
 
@@ -103,5 +107,5 @@ def client_loop() -> t.Iterator[LoopThread]:
 
 @pytest.fixture(scope="module", params=["sync", "async"])
 def client(request: pytest.FixtureRequest, client_loop: LoopThread) -> types.SimpleNamespace:
-    """The client under test: `.Sandbox`, `.list_sandboxes`, `.health`, all blocking."""
+    """The client under test: `.Sandbox`, `.list_sandboxes`, `.health`, `.list_saves`, `.delete_save`, all blocking."""
     return sync_flavour() if request.param == "sync" else async_flavour(client_loop)

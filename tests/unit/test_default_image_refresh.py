@@ -1,5 +1,5 @@
 """A default image built by an older version of the project, before a package joined the
-default recipe (ipywidgets and tqdm did), is built again at start-up when nothing runs on it,
+default recipe (ipywidgets, tqdm and cloudpickle did), is built again at start-up when nothing runs on it,
 and reported with what to do when something does.
 
 The store is real (a temporary state directory holding the old image's image.json); only its
@@ -41,7 +41,7 @@ def test_package_names_are_read_from_requirements():
 
 
 def test_an_old_default_misses_the_new_packages_and_a_current_one_none():
-    assert images.missing_defaults({"pip": OLD_RECIPE}) == ["ipywidgets>=8.1,<9", "tqdm"]
+    assert images.missing_defaults({"pip": OLD_RECIPE}) == ["ipywidgets>=8.1,<9", "tqdm", "cloudpickle"]
     assert images.missing_defaults({"pip": images.DEFAULT_PACKAGES}) == []
 
 
@@ -52,7 +52,7 @@ def test_an_old_default_nobody_uses_is_built_again_with_its_extra_packages(store
     assert store.built == [(images.DEFAULT_IMAGE, {"pip": ["polars==1.0"], "requirements": None,
                                                    "preload": images.DEFAULT_PRELOAD, "progress": said.append})]
     assert not os.path.exists(store.path(images.DEFAULT_IMAGE)), "the old image was not removed first"
-    assert "without ipywidgets>=8.1,<9, tqdm: building it again" in said[0]
+    assert "without ipywidgets>=8.1,<9, tqdm, cloudpickle: building it again" in said[0]
 
 
 @pytest.mark.parametrize("sandboxes, layered", [(2, False), (0, True)])
