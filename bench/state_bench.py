@@ -1,4 +1,4 @@
-"""Benchmark 10, state by value: save and restore a 100 MB DataFrame, against pickle's own speed.
+"""Benchmark 11, state by value: save and restore a 100 MB DataFrame, against pickle's own speed.
 
 `python -m bench.state_bench [--state-dir DIR] [--mb 100] [--runs 3]`
 
