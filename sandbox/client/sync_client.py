@@ -319,12 +319,11 @@ class Saves:
 
 
 class Sandbox:
-    """A stateful Python sandbox on the server: variables survive from one `run_code` to
-    the next until the sandbox is deleted, expires or dies.
+    """A stateful Python sandbox on the server: variables survive from one `run_code` to the next
+    until the sandbox is deleted, expires or dies.
 
-    Used as a context manager it is deleted on exit, so that a crashed script does not
-    leave it running until its TTL.
-    """
+    Used as a context manager it is deleted on exit, so that a crashed script does not leave it
+    running until its TTL."""
 
     def __init__(
         self,
@@ -373,12 +372,11 @@ class Sandbox:
     ) -> Sandbox:
         """Claim a new sandbox; unset limits take the server's defaults.
 
-        `end_with_caller`: the server ends the sandbox as soon as this process exits (the kernel's
-        link; over a unix socket only). `egress`: the hosts it may reach through the server's egress proxy, e.g.
+        `end_with_caller`: the server ends the sandbox as soon as this process exits (the kernel's link; over
+        a unix socket only). `egress`: the hosts it may reach through the server's egress proxy, e.g.
         ``{"allow": ["api.example.org"], "secrets": ["API_KEY"], "pip": True}`` (default: none).
         `isolation`: "bwrap" or "gvisor" (default: the server's); `on_idle`: "delete" or "pause" (gvisor:
-        the idle TTL checkpoints it instead); `from_save`: a save to load, inside it (`info.restored`).
-        """
+        the idle TTL checkpoints it instead); `from_save`: a save to load, inside it (`info.restored`)."""
         config = config or resolve(url, token, state_dir)
         tout = as_timeout(timeout)
         sbx = cls("", timeout=tout, config=config)
@@ -478,14 +476,14 @@ class Sandbox:
     ) -> Execution:
         """Run `code` and return what it produced; callbacks see each event as it arrives.
 
-        An exception raised by the cell is not raised here: it is `Execution.error`, the way
-        a notebook shows it. Leaving this call early (Ctrl-C, an exception in a callback, a
-        cancelled task) closes the stream, and the server interrupts the cell.
+        An exception raised by the cell is not raised here: it is `Execution.error`, the way a notebook
+        shows it. Leaving this call early (Ctrl-C, an exception in a callback, a cancelled task) closes
+        the stream, and the server interrupts the cell.
 
-        With `allow_stdin`, input() in the cell sends an `input_request` event (to
-        `on_event`), answered with `answer_input`; `user_expressions` come back in
-        `Execution.user_expressions`; `msg_id` is the cell's parent message id (ipywidgets'
-        Output widget captures by it); `stream_limit` caps its stream text (docs/api.md).
+        With `allow_stdin`, input() in the cell sends an `input_request` event (to `on_event`), answered
+        with `answer_input`; `user_expressions` come back in `Execution.user_expressions`; `msg_id` is the
+        cell's parent message id (ipywidgets' Output widget captures by it); `stream_limit` caps its
+        stream text (docs/api.md).
         """
         execution = Execution()
         self._transport.post_events(
