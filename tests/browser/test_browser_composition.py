@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import json
 import pathlib
+import re
 import shutil
 import socket
 import tempfile
@@ -162,14 +163,15 @@ def run_all_cells(page: t.Any, nb: t.Any, n_cells: int) -> None:
     an earlier prompt may stay at ``[*]`` after its cell ran (the control's page, which the
     probes' scripts own with the rules off; and, on this loaded machine, once the WebRTC
     cell's with the rules on)."""
-    import re
-
     page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
     page.locator(".lm-Menu-item").filter(
         has=page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^\s*Run All Cells\s*$"))
     ).first.click()
-    nb.cells.nth(n_cells - 1).locator(".jp-InputPrompt").filter(has_text=re.compile(r"\[\d+\]")).first.wait_for(
-        state="visible", timeout=CELL_MS * 4)
+    before = nb.prompt(n_cells - 1)
+    deadline = time.monotonic() + CELL_MS / 1000 * 4
+    while not (re.fullmatch(r"\[\d+\]:", nb.prompt(n_cells - 1)) and nb.prompt(n_cells - 1) != before):
+        assert time.monotonic() < deadline, f"Run All did not reach the last cell: {nb.prompt(n_cells - 1)}"
+        page.wait_for_timeout(500)
     wait_idle(page)
 
 
