@@ -74,6 +74,17 @@ CHANNELS = (
             "(`widget_kinds`)", "other targets and widgets, with a note in the cell; updates that rename",
             "a view chosen by the sandbox may insert HTML or CSS into the page",
             "a `Label` drawn by `HTMLView`, an `HTML` widget, an `Image` URL, a style `url()` (the control's fire)"),
+    Channel("widget links (`LinkModel`, `DirectionalLinkModel`: `jslink`, `jsdlink`) and `Controller`",
+            "a link whose two ends are plain-data attributes (`value` of sliders, number and text fields, checkboxes, "
+            "progress bars, `Play`; `index` of selections) of widgets whose open the kernel carried; a `Controller` "
+            "naming only its own button and axis models",
+            "a link into or out of anything else (`_`-names, HTML or typeset values, `format`, `description*`, "
+            "style or layout keys), at the open and on every later update or echo, with a note; a second open "
+            "under a comm id already used",
+            "the page itself copies the value after the kernel filtered both widgets",
+            "`test_browser_composition.py`: a `Text` linked into an `HTML` value, `'HTMLView'` into a `Label`'s "
+            "`_view_name`, `url()` into a style's `background`, `'url'` into an `Image`'s `format` (the control's "
+            "run script, PUT a file, fetch); a slider linked into an `IntText` still works"),
     Channel("widget control answer (`jupyter.widget.control`)",
             "the states of models whose open was carried, under the names recorded then",
             "every other entry, and names the answer claims", "the page rebuilds widgets from it",

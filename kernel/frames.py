@@ -19,6 +19,9 @@ What this module builds, as the `text/html` JupyterLab receives:
   its output should not get one through the user's browser (a chart that loads its library
   from a CDN must inline it instead). A later policy in the sandbox's document can only
   restrict further, never relax.
+- The first script of the document is `frame_prelude`'s: it takes away what CSP does not
+  govern (WebRTC's peer connections, and nested frames whose fresh realms would still have
+  them), before any byte of the sandbox's runs.
 - The document is escaped for a double-quoted attribute (`html.escape(quote=True)`), so
   no byte of sandbox output is ever parsed by the page itself.
 - Sizing: a script of ours at the top of the frame posts its content height to the parent.
@@ -44,6 +47,8 @@ import re
 
 import nh3
 
+from .frame_prelude import PRELUDE, without_declarative_shadow_roots
+
 # Frames never grow past this (pixels); taller content scrolls inside its frame.
 MAX_HEIGHT = 4000
 # Height before the frame reports its own (and if it never does).
@@ -57,7 +62,9 @@ STATIC_CLASS = "sandbox-output-static"
 
 CSP = (
     "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
-    "img-src data: blob:; font-src data:; media-src data: blob:; form-action 'none'; base-uri 'none'"
+    "img-src data: blob:; font-src data:; media-src data: blob:; form-action 'none'; base-uri 'none'; "
+    # WebRTC is outside `default-src`; no Chromium honours this yet (`frame_prelude` does the work).
+    "webrtc 'block'"
 )
 
 # Close to JupyterLab's own look for what sandboxes show most: pandas tables.
@@ -144,9 +151,12 @@ def _script_text(code: str) -> str:
 
 def document(body: str, *, head: str = "") -> str:
     """The frame's whole document around `body`, which is sandbox output."""
+    body = without_declarative_shadow_roots(body)
+    head = without_declarative_shadow_roots(head)
     return (
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
+        f"<script>{PRELUDE}</script>"
         f"<style>{STYLE}</style><script>{REPORT_HEIGHT}</script>{head}</head>"
         f"<body>{body}</body></html>"
     )

@@ -14,6 +14,10 @@ message leaves the kernel (the channel rules are listed in `channels`):
   note in the cell, never shown; a later update that changes any of the four is refused;
 - its state, at the open and at every update, goes through its view's rules
   (`widget_kinds`: HTML sanitized, descriptions as text, inert TeX, no fetching media or CSS);
+- a model that makes the page copy state between widgets (links, the gamepad controller) is
+  judged by what the page will write where (`widget_links`), at the open and at every update;
+- a comm id is carried once: a later open under an id already used is refused, so a link's
+  end always names the model that was judged;
 - an ``Output`` widget's ``outputs`` go through the output policy, like any output;
 - the control comm's answer (``update_states``, every model's state, after a page reload)
   carries only models whose open this kernel carried, under the names recorded then, with
@@ -29,6 +33,7 @@ import typing as t
 from sandbox.runtime import vocabulary as V
 
 from . import widget_kinds as K
+from . import widget_links as L
 from .frames import sanitized_html
 from .output_policy import filter_bundle
 
@@ -125,14 +130,27 @@ class CommRelay:
     def __init__(self, passthrough: bool = False) -> None:
         self.passthrough = passthrough
         self.models: dict[str, K.Spec | str] = {}  # comm id -> the four names of its open (or PAGE_OPENED)
+        self.page_models: dict[str, K.Spec] = {}  # widgets the page opened itself -> their four names
+        self.used: set[str] = set()  # every comm id ever opened, from either side
+
+    def carried(self, model_id: str) -> K.Spec | None:
+        """The four names of a live widget model: one whose open this kernel carried, or
+        one the page opened itself."""
+        spec = self.models.get(model_id)
+        return spec if isinstance(spec, tuple) else self.page_models.get(model_id)
 
     def from_page(self, msg_type: str, content: dict[str, t.Any]) -> None:
         """Record a comm the page opens or closes (the widget manager's control comm)."""
         comm_id = str(content.get("comm_id", ""))
         if msg_type == V.COMM_OPEN:
             self.models[comm_id] = PAGE_OPENED
+            self.used.add(comm_id)
+            data = content.get("data") if isinstance(content.get("data"), dict) else {}
+            if content.get("target_name") == WIDGET_TARGET and isinstance(data.get("state"), dict):
+                self.page_models[comm_id] = K.spec_of(data["state"])
         elif msg_type == V.COMM_CLOSE:
             self.models.pop(comm_id, None)
+            self.page_models.pop(comm_id, None)
 
     def to_page(self, event: dict[str, t.Any]) -> Relayed:
         """The IOPub message for a comm event from the sandbox, and notes for the cell."""
@@ -154,12 +172,18 @@ class CommRelay:
             spec = K.spec_of(state)
             if not self.passthrough and not K.allowed(spec):
                 return Relayed(None, [refused_note(spec)])
+            if not self.passthrough and comm_id in self.used:
+                return Relayed(None, [f"[a widget opened under a comm id already used ({comm_id[:40]!r}) was not "
+                                      "carried]\n"])
             self.models[comm_id] = spec
+            self.used.add(comm_id)
         elif kind not in V.COMM_MESSAGES or comm_id not in self.models:
             return Relayed(None, [])
         if not self.passthrough:
             checked = self.safe_data(self.models[comm_id], data, buffers, notes)
             if checked is None:
+                if kind == V.COMM_OPEN:
+                    self.models.pop(comm_id, None)  # never reached the page: its later messages neither
                 return Relayed(None, notes)
             data, buffers = checked
         content: dict[str, t.Any] = {"comm_id": comm_id, "data": data}
@@ -185,6 +209,10 @@ class CommRelay:
             if names_changed(spec, data["state"]):
                 notes.append(f"[a widget update that would draw {K.describe(spec)} differently was refused]\n")
                 return None
+            why = L.refusal(spec, data["state"], self.carried)
+            if why:
+                notes.append(f"[{why}]\n")
+                return None
             data["state"] = safe_state(spec, data["state"], notes)
         paths, buffers = kept_buffers(data.get("buffer_paths"), buffers, lambda p: K.binary_key(spec, p[0]))
         if "buffer_paths" in data:
@@ -200,7 +228,8 @@ class CommRelay:
         for model_id, entry in data["states"].items():
             spec = self.models.get(model_id)
             state = entry.get("state") if isinstance(entry, dict) else None
-            if not isinstance(spec, tuple) or not isinstance(state, dict) or names_changed(spec, state):
+            if not isinstance(spec, tuple) or not isinstance(state, dict) or names_changed(spec, state) \
+                    or L.refusal(spec, state, self.carried):
                 continue
             version = entry.get("model_module_version")
             kept[model_id] = {"model_module": spec[0], "model_name": spec[1],
