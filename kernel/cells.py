@@ -165,11 +165,8 @@ class CellRunner:
                     await run_magic(call, host)
                 sbx = await host.sandbox()  # `%sandbox new` or `attach` may have changed it
                 if not rest:
-                    if silent or not store_history:
-                        return ok_reply(self.last_count + 1)
-                    # A cell of magics only still takes a number, as in IPython: a no-op in
-                    # the sandbox advances its count, which stays the one source of numbers.
-                    rest = "pass"
+                    # A cell of magics only: its count is the kernel's (kernel/queue.py).
+                    return ok_reply(self.counts.next)
                 return await self._execute(sbx, rest, silent, store_history, out)
             except (SandboxGone, SandboxNotFound) as exc:
                 # Nothing of the cell ran in a gone sandbox: run it whole in a new one.
@@ -194,7 +191,7 @@ class CellRunner:
         if not host_cells_enabled():
             raise CellFailure("HostCellsDisabled", "%%host cells are switched off for this kernel "
                                 "(SANDBOX_KERNEL_HOST_CELLS=0); every cell runs in the sandbox")
-        count = self.last_count + 1
+        count = self.counts.next
         stdout, stderr = _OutWriter(out, "stdout"), _OutWriter(out, "stderr")
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             value, error = await self.host_cells.run(code)
@@ -222,7 +219,9 @@ class CellRunner:
     async def _execute(
         self, sbx: AsyncSandbox, code: str, silent: bool, store_history: bool, out: Output
     ) -> dict[str, t.Any]:
-        mapper = CellMapper(execution_count=self.last_count + 1, passthrough=self.outputs_passthrough)
+        if not silent:
+            await self._align_count(sbx)
+        mapper = CellMapper(execution_count=self.counts.next, passthrough=self.outputs_passthrough)
         on_event = self._event_handler(sbx, mapper, out)
         cell = self._cell
         if cell is not None:
@@ -252,11 +251,25 @@ class CellRunner:
         if note and not silent:
             out.stream("stderr", note)
         if execution.execution_count is not None:
-            self.last_count = execution.execution_count
+            self.sandbox_next = execution.execution_count + 1
         if mapper.sandbox_gone:
             self.mark_gone(died_reason(mapper.done or {}))
         out.text_result = mapper.text_result
         return reply
+
+    async def _align_count(self, sbx: AsyncSandbox) -> None:
+        """Set the sandbox's IPython to the kernel's count before a cell runs there, so
+        that `Out[n]`, `_n` and its prompts say what the notebook shows: they part after a
+        ``%%host`` cell or a cell of magics only (the sandbox ran nothing), a replaced
+        sandbox, a notebook's kept sandbox taken back (its count runs on from its last
+        kernel), or a cell interrupted before it reached the sandbox. A silent request
+        changes nothing in IPython's count and shows nothing."""
+        if self.sandbox_next == self.counts.next:
+            return
+        done = await sbx.run_code(f"get_ipython().execution_count = {int(self.counts.next)}",
+                                  silent=True, store_history=False,
+                                  timeout_seconds=self.settings.execute_timeout)
+        self.sandbox_next = self.counts.next if done.status == "ok" else None
 
     def _event_handler(self, sbx: AsyncSandbox, mapper: CellMapper, out: Output):
         """The sandbox events of one request -> IOPub messages, comm messages through the

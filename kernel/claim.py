@@ -134,7 +134,7 @@ class SandboxClaim:
         self._sandbox = sbx
         self.sandbox_id = sbx.id
         self.sandbox_tier = str((sbx.info.isolation or {}).get("backend") or "")
-        self.last_count = sbx.info.execution_count
+        self.sandbox_next = sbx.info.execution_count + 1
         self.comms.models.clear()  # a new sandbox holds none of the old one's widgets
         gone, self._gone = self._gone, None
         if gone is not None:

@@ -31,13 +31,15 @@ from .config import SandboxSettings
 from .control import ControlThread
 from .host import HostNamespace, host_cells_enabled
 from .keeping import NotebookKeeper
+from .queue import ExecutionCounts
 from .widgets import CommRelay
 
 __all__ = ["Output", "SandboxLifecycle"]
 
 
 class SandboxLifecycle(SandboxClaim, CellRunner, ControlThread):
-    def __init__(self, settings: SandboxSettings, log: t.Any, cwd: pathlib.Path | None = None) -> None:
+    def __init__(self, settings: SandboxSettings, log: t.Any, cwd: pathlib.Path | None = None,
+                 counts: ExecutionCounts | None = None) -> None:
         self.settings = settings
         self.log = log
         self.cwd = cwd or pathlib.Path.cwd()
@@ -46,7 +48,8 @@ class SandboxLifecycle(SandboxClaim, CellRunner, ControlThread):
         self.sandbox_id: str | None = None
         self.pushed: list[str] = []
         self.host_cells = HostNamespace()
-        self.last_count = 0
+        self.counts = counts or ExecutionCounts()  # the kernel's (kernel/queue.py)
+        self.sandbox_next: int | None = None  # the count the sandbox's IPython gives its next cell, if known
         self._cell: _Cell | None = None
         self.shutting_down = False
         self._sandbox: AsyncSandbox | None = None
