@@ -20,6 +20,10 @@ from queue import Empty
 
 Shape = t.Tuple[t.Any, ...]
 
+# The display id of the sandbox kernel's progress while a slow claim keeps the first cell
+# waiting (kernel/claim.py), cleared when the sandbox is there.
+STARTUP_PROGRESS = "sandbox-startup-"
+
 # Messages without a reply of their own (comm messages from the page): done at their idle.
 NO_REPLY = {"comm_open", "comm_msg", "comm_close"}
 
@@ -42,6 +46,8 @@ def iopub_shape(msg: dict[str, t.Any]) -> Shape:
     if kind == "stream":
         return (kind, content["name"], content["text"])
     if kind in ("display_data", "update_display_data"):
+        if str((content.get("transient") or {}).get("display_id", "")).startswith(STARTUP_PROGRESS):
+            return (kind, "startup progress")
         return (kind, bundle_keys(content), keys_of(content, "transient"), keys_of(content, "metadata"))
     if kind == "execute_result":
         return (kind, content.get("execution_count"), bundle_keys(content), keys_of(content, "metadata"))
