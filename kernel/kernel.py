@@ -181,10 +181,6 @@ class SandboxKernel(SandboxSettings, Kernel):
         self.log.info("Aborting queue")
         self.requests.abort_queued()
 
-    def _send_abort_reply(self, stream: t.Any, msg: t.Any, idents: t.Any) -> None:
-        self.requests.aborted_after_error += 1
-        super()._send_abort_reply(stream, msg, idents)
-
     def _read_pending_shell(self) -> None:
         if self.shell_stream is not None:
             self.shell_stream.flush(zmq.POLLIN)

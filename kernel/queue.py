@@ -58,7 +58,6 @@ class ShellQueue:
         self.dispatch = dispatch
         self.read_pending = read_pending
         self.aborting = False
-        self.aborted_after_error = 0  # execute requests answered "aborted" (for the log and tests)
         self._context = contextvars.copy_context()  # one context for every message, as ipykernel keeps
 
     def receive(self, msg: list[t.Any]) -> asyncio.Task:
