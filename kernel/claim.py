@@ -2,7 +2,9 @@
 cell, replaced when it is gone (the next cell first says plainly what happened and what was
 lost: variables, pushed files).
 
-A mixin of `SandboxLifecycle` (kernel/lifecycle.py), which holds the state it reads.
+A component of `SandboxLifecycle` (kernel/lifecycle.py): it owns where the server is, the
+sandbox, the one being created, the one that went away, and the notebook's binding; the
+cells ask it for a sandbox (`ensure`, `current`) and tell it when one is gone (`mark_gone`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import typing as t
 import uuid
 from dataclasses import dataclass, field
 
+from urllib.parse import urlsplit
+
 from sandbox.client import (
     AsyncSandbox,
     InvalidRequest,
@@ -22,17 +26,19 @@ from sandbox.client import (
     SandboxNotFound,
     ServerConfig,
     Unauthorized,
+    resolve,
 )
 from sandbox.runtime import vocabulary as V
 
 from . import binding, saved_state
+from .cell_output import Output
+from .config import SandboxSettings
 from .failure import CellFailure
+from .keeping import NotebookKeeper
 from .notes import show_note
 from .outputs import gone_notice
 from .server import ServerStartError, ensure_server
 
-if t.TYPE_CHECKING:
-    from .cells import Output
 
 # Show startup progress in the cell only if the wait is long enough to wonder about.
 PROGRESS_AFTER = 3.0
@@ -46,7 +52,55 @@ class _Gone:
 
 
 class SandboxClaim:
-    """The current sandbox, the one being created, and the one that went away."""
+    """The current sandbox, the one being created, and the one that went away.
+
+    `on_adopt(sandbox)` is called whenever a sandbox becomes the kernel's (the cells reset
+    what they knew of the old one)."""
+
+    def __init__(self, settings: SandboxSettings, log: t.Any,
+                 on_adopt: t.Callable[[AsyncSandbox], None] = lambda sbx: None) -> None:
+        self.settings = settings
+        self.log = log
+        self.on_adopt = on_adopt
+        self.server_config: ServerConfig | None = None
+        self.sandbox_id: str | None = None  # known at once, even before a cell adopts it (shutdown reads it)
+        self.sandbox_tier = ""  # the isolation backend of the current sandbox (gvisor can pause)
+        self.pushed: list[str] = []  # files %push put into the current sandbox
+        self.keeper = NotebookKeeper(settings.keep_notebook_sandbox, log)  # the notebook's sandbox (keeping.py)
+        self.shutting_down = False
+        self.restarting = False  # shutdown for "Restart kernel": the sandbox goes too
+        self.creations_in_flight = 0
+        self._sandbox: AsyncSandbox | None = None
+        self._creating: asyncio.Task | None = None
+        self._status = ""
+        self._gone: _Gone | None = None
+        self._pending_notice: str | None = None
+        self._claimed_once = False  # the first claim takes the notebook's kept sandbox back
+
+    @property
+    def sandbox(self) -> AsyncSandbox | None:
+        """The kernel's sandbox now, if it has one (none while it is created or replaced)."""
+        return self._sandbox
+
+    def config(self) -> ServerConfig:
+        """Where the server is (sandbox/service/endpoint.py's rule: the configured URL, else the
+        state directory's socket) and the token if one is needed. Resolved once."""
+        if self.server_config is None:
+            s = self.settings
+            self.server_config = resolve(s.url, s.token, s.state_dir)
+        return self.server_config
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the kernel looks after the local server itself: by default only when
+        no URL is configured (the state directory's own server); `start_server=True` also
+        for a configured unix socket or loopback URL."""
+        start = self.settings.start_server
+        if start is None:
+            return not self.settings.url
+        config = self.config()
+        host = urlsplit(config.url).hostname or ""
+        return bool(start) and (bool(config.socket) or host in ("localhost", "::1") or host.startswith("127."))
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Claim the sandbox in the background; the first cell awaits it."""
@@ -62,7 +116,7 @@ class SandboxClaim:
     def _set_status(self, text: str) -> None:
         self._status = text
 
-    async def _start_server_if_ours(self) -> None:
+    async def start_server_if_ours(self) -> None:
         if not self.embedded:
             return
         config = self.config()
@@ -78,17 +132,17 @@ class SandboxClaim:
             self.log.info("started the sandbox server at %s", config.where)
 
     async def _create(self) -> AsyncSandbox:
-        self._creations_in_flight += 1
+        self.creations_in_flight += 1
         try:
             config = self.config()
-            await self._start_server_if_ours()
+            await self.start_server_if_ours()
             sbx = await self._reattach(config)
             if sbx is None:
                 sbx = await self._create_new(config)
             # Known to shutdown at once, even before a cell adopts it.
             self.sandbox_id = sbx.id
         finally:
-            self._creations_in_flight -= 1
+            self.creations_in_flight -= 1
         if self.shutting_down:
             # The shutdown went ahead without this sandbox: do not leave it behind (a kept
             # one stays the notebook's, as the shutdown would have left it).
@@ -141,8 +195,7 @@ class SandboxClaim:
         self._sandbox = sbx
         self.sandbox_id = sbx.id
         self.sandbox_tier = str((sbx.info.isolation or {}).get("backend") or "")
-        self.last_count = sbx.info.execution_count
-        self.comms.models.clear()  # a new sandbox holds none of the old one's widgets
+        self.on_adopt(sbx)
         gone, self._gone = self._gone, None
         if gone is not None:
             self._pending_notice = gone_notice(gone.sandbox_id, gone.why, gone.pushed, sbx.id)

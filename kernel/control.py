@@ -1,8 +1,9 @@
 """What arrives on ipykernel's control thread: interrupt and shutdown.
 
 That thread has its own event loop, and an httpx client belongs to one loop, so these
-methods attach short-lived clients of their own and read only plain attributes
-(`sandbox_id`, `server_config`) of the lifecycle. A mixin of `SandboxLifecycle`.
+methods attach short-lived clients of their own and read only plain attributes: the
+claim's `sandbox_id` and `server_config`, the cells' running `cell` and comms in flight. A
+component of `SandboxLifecycle` (kernel/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import httpx
 from sandbox.client import AsyncSandbox, SandboxError
 from sandbox.runtime import vocabulary as V
 
+from .cells import CellRunner
+from .claim import SandboxClaim
+
 CONTROL_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 # Jupyter waits 5 s (shutdown_wait_time) for a kernel to end after its shutdown reply.
 PAUSE_WAIT = 4.0
@@ -25,24 +29,27 @@ PAUSE_WAIT = 4.0
 class ControlThread:
     """Interrupting the running cell, and deleting the sandbox at shutdown."""
 
+    def __init__(self, claim: SandboxClaim, cells: CellRunner, log: t.Any) -> None:
+        self.claim, self.cells, self.log = claim, cells, log
+
     async def interrupt(self) -> None:
         """Interrupt the running cell: in the sandbox if the code runs there, else the
         kernel's own part of it (waiting for the server, uploading a file)."""
-        cell = self._cell
+        cell = self.cells.cell
         if cell is None:
-            if self.comms_in_flight:
+            if self.cells.comms_in_flight:
                 await self._interrupt_remote()  # a widget's handler running long
             return
         if cell.waiting is not None:
             cell.loop.call_soon_threadsafe(cell.waiting.cancel)
-        sid, config = self.sandbox_id, self.server_config
+        sid, config = self.claim.sandbox_id, self.claim.server_config
         if cell.remote and sid and config is not None:
             sbx = AsyncSandbox(sid, config=config, timeout=CONTROL_TIMEOUT)
             try:
                 deadline = time.monotonic() + 3.0
                 # The execute request may not have reached the sandbox's runtime yet
                 # ("nothing running"): try again briefly rather than lose the interrupt.
-                while cell is self._cell and cell.remote:
+                while cell is self.cells.cell and cell.remote:
                     try:
                         if await sbx.interrupt():
                             return
@@ -72,7 +79,7 @@ class ControlThread:
     async def _control_client(self) -> t.AsyncIterator[AsyncSandbox | None]:
         """A client of its own for the control thread (see the module's docstring), closed
         after use, never deleting the sandbox; None when there is no sandbox."""
-        sid, config = self.sandbox_id, self.server_config
+        sid, config = self.claim.sandbox_id, self.claim.server_config
         if not sid or config is None:
             yield None
             return
@@ -86,15 +93,16 @@ class ControlThread:
         """End the kernel's hold on its sandbox, including one still being created: a
         notebook's sandbox is kept (paused where the tier can pause; see keeping.py) unless
         this is "Restart kernel"; any other is deleted."""
-        self.restarting = restart
-        self.shutting_down = True
+        claim = self.claim
+        claim.restarting = restart
+        claim.shutting_down = True
         deadline = time.monotonic() + 10.0
-        while self._creations_in_flight and self.sandbox_id is None and time.monotonic() < deadline:
+        while claim.creations_in_flight and claim.sandbox_id is None and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        if self.keeper.keeping and not restart:
+        if claim.keeper.keeping and not restart:
             await self._keep()
             return
-        self.keeper.forget()
+        claim.keeper.forget()
         async with self._control_client() as sbx:
             if sbx is None:
                 return
@@ -102,14 +110,14 @@ class ControlThread:
                 await sbx.delete()
             except SandboxError as exc:
                 self.log.warning("could not delete sandbox %s: %s", sbx.id, exc)
-        self.sandbox_id = None
+        claim.sandbox_id = None
 
     async def _keep(self) -> None:
         """Leave the notebook's sandbox for its next kernel: a gVisor one is paused (its
         memory goes to disk); a bwrap one runs on until its TTL. A pause that does not
         finish before Jupyter stops waiting for the kernel goes on in the server, and the
         sandbox's own idle TTL pauses it otherwise (it was created with on_idle: pause)."""
-        if self.sandbox_tier != V.GVISOR:
+        if self.claim.sandbox_tier != V.GVISOR:
             return
         async with self._control_client() as sbx:
             if sbx is None:
@@ -122,12 +130,12 @@ class ControlThread:
     def on_terminate(self) -> None:
         """SIGTERM (Jupyter's fallback when a shutdown goes unanswered, or a server stopping):
         a notebook's sandbox is kept for its next kernel, any other deleted at once."""
-        if not (self.keeper.keeping and not self.restarting):
+        if not (self.claim.keeper.keeping and not self.claim.restarting):
             self.delete_now()
 
     def delete_now(self) -> None:
         """Blocking delete for a signal handler, where no event loop can be relied on."""
-        sid, config = self.sandbox_id, self.server_config
+        sid, config = self.claim.sandbox_id, self.claim.server_config
         if not sid or config is None:
             return
         try:
@@ -135,4 +143,4 @@ class ControlThread:
                 client.delete(f"{config.endpoint.base_url}/v1/sandboxes/{sid}")
         except httpx.HTTPError:
             pass
-        self.sandbox_id = None
+        self.claim.sandbox_id = None

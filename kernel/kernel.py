@@ -9,12 +9,14 @@ from a gone sandbox or an absent server); sandbox events become IOPub messages
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import os
 import platform
 import signal
 import typing as t
 from fnmatch import fnmatchcase
+from functools import partial
 
 import zmq
 from ipykernel._version import kernel_protocol_version
@@ -30,7 +32,12 @@ from .failure import CellFailure
 from .lifecycle import SandboxLifecycle
 from .magics import magic_name_matches, push_path_completions
 from .outputs import error_content, error_reply
+from .queue import ExecutionCounts, ShellQueue
 from .widgets import CommMessage
+
+# Whether the shell message being handled was dispatched beside a running request
+# (ipykernel does that for comm messages, and publishes no status for them then).
+_BESIDE_ANOTHER: contextvars.ContextVar[bool] = contextvars.ContextVar("beside_another", default=False)
 
 
 class _Out:
@@ -131,7 +138,9 @@ class SandboxKernel(SandboxSettings, Kernel):
 
     def __init__(self, **kwargs: t.Any) -> None:
         super().__init__(**kwargs)
-        self.lifecycle = SandboxLifecycle(self, self.log)
+        self.counts = ExecutionCounts()
+        self.requests = ShellQueue(partial(self.shell_main, None), self._read_pending_shell)
+        self.lifecycle = SandboxLifecycle(self, self.log, counts=self.counts)
         for msg_type in V.COMM_MESSAGES:  # ipykernel hands these to its comm manager; we, to the sandbox
             self.shell_handlers[msg_type] = self.comm_from_page
         self._history: list[tuple[int, int, str, str | None]] = []
@@ -154,20 +163,56 @@ class SandboxKernel(SandboxSettings, Kernel):
 
     @property  # type: ignore[override]
     def execution_count(self) -> int:
-        """The count the next cell will get: the sandbox's last one plus one.
+        """The count the next stored cell takes (kernel/queue.py's `ExecutionCounts`).
 
         Kernel.execute_request increments and publishes this before the cell runs; the
-        sandbox's own count is authoritative, so the setter ignores the increment, as
+        count moves when the cell ends, so the setter ignores the increment, as
         IPythonKernel does with its shell's count.
         """
-        return self.lifecycle.last_count + 1
+        return self.counts.next
 
     @execution_count.setter
     def execution_count(self, value: int) -> None:
         pass
 
+    # ------------------------------------------------------------------ the shell queue
+
+    @property  # type: ignore[override]
+    def _aborting(self) -> bool:
+        """ipykernel's dispatch_shell answers execute requests "aborted" while this holds;
+        the queue (kernel/queue.py) owns it."""
+        return self.requests.aborting
+
+    @_aborting.setter
+    def _aborting(self, value: bool) -> None:
+        if value:
+            self.requests.aborting = True
+        else:
+            self.requests.stop_aborting()
+
+    def _abort_queues(self, subshell_id: str | None = None) -> None:
+        """After an error with stop_on_error: abort what is queued, as ipykernel 7 does
+        with its shell thread (see kernel/queue.py)."""
+        self.log.info("Aborting queue")
+        self.requests.abort_queued()
+
+    def _read_pending_shell(self) -> None:
+        if self.shell_stream is not None:
+            self.shell_stream.flush(zmq.POLLIN)
+
+    async def dispatch_shell(self, msg: t.Any, /, subshell_id: str | None = None, *, concurrent: bool = False) -> None:
+        token = _BESIDE_ANOTHER.set(concurrent)
+        try:
+            await super().dispatch_shell(msg, subshell_id, concurrent=concurrent)
+        finally:
+            _BESIDE_ANOTHER.reset(token)
+
     def start(self) -> None:
         super().start()
+        if self.shell_stream is not None:
+            # Every shell message through the queue, so that the abort's marker can be
+            # queued behind them by the same path (kernel/queue.py).
+            self.shell_stream.on_recv(self.requests.receive, copy=False)
         # Claim the sandbox while the user is still typing the first cell; kernel start
         # itself stays fast for jupyter_client's timeouts.
         self.lifecycle.start(self.io_loop.asyncio_loop)
@@ -198,7 +243,7 @@ class SandboxKernel(SandboxSettings, Kernel):
         cell_id: str | None = None,
     ) -> dict[str, t.Any]:
         out = _Out(self, silent, allow_stdin=allow_stdin and self.stdin_socket is not None, user_expressions=user_expressions)
-        count = self.execution_count
+        count = self.counts.next
         task = await self.lifecycle.run_cell(code, silent, store_history, out)
         if task.cancelled():
             reply = self._fail(out, count, "KeyboardInterrupt", "")
@@ -211,6 +256,8 @@ class SandboxKernel(SandboxSettings, Kernel):
             reply = self._fail(out, count, "KernelError", f"the sandbox kernel failed: {type(exc).__name__}: {exc}")
         else:
             reply = task.result()
+        # The count every cell takes, however it ended (IPython's rule; kernel/queue.py).
+        reply["execution_count"] = self.counts.finish(silent, store_history)
         if store_history and not silent:
             text = out.text_result if reply.get("status") == "ok" else None
             self._history.append((self._history_session, next(self._history_line), code, text))
@@ -237,9 +284,10 @@ class SandboxKernel(SandboxSettings, Kernel):
             self.log.warning("comm message not delivered: %s", exc)
         # ipykernel sends no status for a comm message it dispatches beside another request
         # (a cell, or the previous comm message still being handled); but ipywidgets sends a
-        # model's next update only once the previous one's idle came: say it, always (a
-        # second idle for the same message is ignored).
-        self._publish_status("idle", "shell", parent=parent)
+        # model's next update only once the previous one's idle came: say it then. Handled
+        # alone, the message has its busy and idle from ipykernel, as there.
+        if _BESIDE_ANOTHER.get():
+            self._publish_status("idle", "shell", parent=parent)
 
     # ------------------------------------------------------------------ control
 

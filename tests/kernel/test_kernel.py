@@ -91,14 +91,18 @@ def test_silent_execution_publishes_nothing(kc):
 
 def test_a_cell_of_magics_only_takes_its_own_number(kc):
     first = run_cell(kc, "%sandbox")
+    host = run_cell(kc, "%%host\n'on the host'")
     second = run_cell(kc, "1 + 1")
-    n1, n2 = first.reply["content"]["execution_count"], second.reply["content"]["execution_count"]
-    assert first.status == "ok" and second.status == "ok"
-    assert n2 == n1 + 1, (n1, n2)
-    assert second.of_type("execute_result")[0]["content"]["execution_count"] == n2
+    counts = [run.reply["content"]["execution_count"] for run in (first, host, second)]
+    assert [run.status for run in (first, host, second)] == ["ok"] * 3
+    assert counts == [1, 2, 3], counts
+    assert host.of_type("execute_result")[0]["content"]["execution_count"] == 2
+    assert second.of_type("execute_result")[0]["content"]["execution_count"] == 3
+    # The sandbox's IPython numbers the cell as the notebook does.
+    assert run_cell(kc, "Out[3], _3").result_text() == "(2, 2)"
 
 
-def test_execution_count_comes_from_the_sandbox(kc):
+def test_execution_counts_follow_ipython(kc):
     first = run_cell(kc, "1")
     second = run_cell(kc, "2")
     n1 = first.reply["content"]["execution_count"]
