@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterable
 
 from . import image_packages
+from .installer import Installer
 from ..common import statefile
 from ..isolation import disk, imagefs
 from ..common.paths import StateDir, world_reachable
@@ -68,6 +69,16 @@ Progress = Callable[[str], None]
 DEFAULT_BUILD_ESTIMATE = "about 1-2 min and 750 MiB of disk (1 GiB as root, with a copy of the interpreter)"
 BUILD_STEPS = 5
 STEP_RE = re.compile(r"^step (\d+)/(\d+): (.*)$")
+
+
+def first_build_plan(store: "ImageStore", name: str = DEFAULT_IMAGE) -> str | None:
+    """What a server about to build the default image says first, before anything slow (the
+    protection probes, the sockets): the steps, the time and the disk, so that the kernel's
+    status line shows the plan from the start. None when the image is built."""
+    if store.get(name) is not None:
+        return None
+    return (f"the {name!r} image is not built yet; building it first: {BUILD_STEPS} steps (the Python environment, "
+            f"its packages with {Installer().name}, bytecode, checks, packing), {DEFAULT_BUILD_ESTIMATE}")
 
 
 def step_line(number: int, text: str) -> str:
@@ -113,8 +124,9 @@ def missing_defaults(image: dict) -> list[str]:
 
 
 class ImageStore:
-    def __init__(self, state: StateDir):
+    def __init__(self, state: StateDir, installer: Installer | None = None):
         self.state = state
+        self.installer = installer  # None: uv where installed, else pip (installer.py)
 
     def path(self, name: str) -> str:
         return os.path.join(self.state.images, name)
@@ -283,15 +295,16 @@ class ImageStore:
             with open(os.path.join(site, "_sandbox_base_image.pth"), "w") as f:
                 f.write(_site_packages(_tree_of(base, base["venv"])) + "\n")  # rewritten below
             layers = [sandbox_venv] + base["layers"]
-        args = [venv_python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
-        progress(step_line(2, f"downloading and installing {count} packages"))
+        installer = self.installer or Installer()
+        args, env = installer.command(venv_python), installer.env()
+        progress(step_line(2, f"downloading and installing {count} packages (with {installer.name})"))
         if recipe["pip"]:
-            _run(args + recipe["pip"], progress)
+            _run(args + recipe["pip"], progress, env=env)
         if recipe.get("requirements"):
             req = os.path.join(target, "requirements.txt")
             with open(req, "w") as f:
                 f.write(recipe["requirements"])
-            _run(args + ["-r", req], progress)
+            _run(args + ["-r", req], progress, env=env)
         progress(step_line(3, "compiling bytecode"))
         _run([venv_python, "-m", "compileall", "-q", "-j0", _site_packages(venv)], progress, check=False)
         mplcache = _check_image(venv_python, target, recipe, progress)
