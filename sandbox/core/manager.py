@@ -34,6 +34,7 @@ from ..common.paths import StateDir
 from .pause_resume import PauseResume
 from .readoption import Readoption, sandboxes_left
 from .reaper import Reaper
+from .memory_pressure import MemoryPressure
 from .sleeper import Sleeper
 from .registry import Registry
 from ..runtime import vocabulary as V
@@ -64,6 +65,7 @@ class SandboxManager:
         self.pausing = PauseResume(config, self.state_dir, self.registry, self.calls, self.launcher, self.gate,
                                    self.ledger)
         self.sleeper = Sleeper(config, self.registry, self.pausing)
+        self.pressure = MemoryPressure(config, self.registry, self.pausing, self.ledger)
         self.reaper = Reaper(self.state_dir, self.registry, self.pausing.end_paused, self.pausing.resting,
                              self.sleeper.tick)
         self.readoption = Readoption(self.state_dir, self.registry, self.calls, self.pool, self.egress,
@@ -177,6 +179,7 @@ class SandboxManager:
         max_life = int(request.get("max_lifetime_seconds") or self.config.max_lifetime_seconds)
         limits = self.ledger.limits_for(request)
         self.ledger.check(limits, ttl, max_life, owner)
+        await self.pressure.make_room(limits)  # the host's real memory, idle gVisor sandboxes put to sleep for it
         ttl = min(ttl, max_life)
         backend = choose_backend(self.config, request)
         claim = {"op": "claim", "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
