@@ -66,7 +66,8 @@ Progress = Callable[[str], None]
 
 # What a first build of the default image costs, measured on 2 cores (README, First run):
 # said before it starts, so that nobody wonders whether the first cell hangs.
-DEFAULT_BUILD_ESTIMATE = "about 1-2 min and 750 MiB of disk (1 GiB as root, with a copy of the interpreter)"
+# With uv: 24-35 s here under load (bench/build_bench.py), more where PyPI is far.
+DEFAULT_BUILD_ESTIMATE = "about 30-90 s and 750 MiB of disk (1 GiB as root, with a copy of the interpreter)"
 BUILD_STEPS = 5
 STEP_RE = re.compile(r"^step (\d+)/(\d+): (.*)$")
 
