@@ -240,6 +240,8 @@ class SandboxManager:
         return await self.pausing.wake(handle)
 
     async def fork(self, source: Handle, request: dict, owner: int | None = None) -> dict:
+        if (source.record.get("isolation") or {}).get("backend") == V.GVISOR:  # others are refused in fork
+            await self.pressure.make_room(dict(source.record.get("limits") or {}))  # a fork runs a copy of it
         return self.describe(await self.pausing.fork(source, request, owner))
 
     # ------------------------------------------------------ pool and images

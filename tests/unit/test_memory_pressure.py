@@ -76,5 +76,14 @@ def test_creates_under_way_count_as_taken(tmp_path):
         assert manager.pressure.short_by({"memory_mb": 1024}) == 256 + 100 + 256 - 400
 
 
+def test_a_fork_the_hosts_memory_cannot_hold_is_refused_before_anything_is_laid_out(tmp_path):
+    manager, slept = pressured(tmp_path, free_mb=100, freed_per_sleep=0)
+    source = handle_of(manager, "sbx-source", V.PAUSED, isolation=GVISOR, limits={"memory_mb": 1024})
+    with pytest.raises(ApiError) as refused:
+        asyncio.run(manager.fork(source, {}))
+    assert refused.value.extra["reason"] == HOST_MEMORY_SHORT, refused.value.body()
+    assert list(manager.live) == ["sbx-source"] and manager.ledger.reserved == []
+
+
 def test_the_hosts_available_memory_is_read():
     assert 0 < available_mb()
