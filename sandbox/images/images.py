@@ -476,7 +476,9 @@ def _run(argv: list[str], progress: Progress, check: bool = True, env: dict | No
         if line and not line.startswith("  "):
             progress(line)
     if proc.wait() != 0 and check:
-        errors = [l for l in lines if "ERROR" in l or "error" in l.lower()][-5:] or lines[-5:]
+        # pip says ERROR: on each line; uv says error: once and explains on indented lines after it
+        first = next((i for i, l in enumerate(lines) if "error" in l.lower()), None)
+        errors = [l.strip() for l in lines[first:first + 5] if l.strip()] if first is not None else lines[-5:]
         raise ImageError(f"{os.path.basename(argv[0])} {' '.join(argv[1:4])} failed: " + " | ".join(errors))
 
 
