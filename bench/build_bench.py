@@ -19,6 +19,7 @@ import json
 import os
 import pathlib
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -84,14 +85,17 @@ def run(rounds: int) -> dict:
 
 
 def summarise(builds: list[dict]) -> dict:
-    def median(name: str, cache: str, key: str) -> float:
-        values = sorted(b[key] for b in builds if b["installer"] == name and b["cache"] == cache)
-        return values[len(values) // 2]
+    """The ratios pip/uv of each round (its two builds ran back to back, under the same
+    load), and their median: the load of this shared host moves between rounds."""
+    def of(name: str, cache: str, number: int, key: str) -> float:
+        return next(b[key] for b in builds if (b["installer"], b["cache"], b["round"]) == (name, cache, number))
 
+    rounds = sorted({b["round"] for b in builds})
     ratios = {}
     for cache in ("cold", "warm"):
         for key in ("seconds", "install_seconds"):
-            ratios[f"{cache}_{key}_pip_over_uv"] = round(median("pip", cache, key) / max(median("uv", cache, key), 0.01), 2)
+            each = [round(of("pip", cache, n, key) / max(of("uv", cache, n, key), 0.01), 2) for n in rounds]
+            ratios[f"{cache}_{key}_pip_over_uv"] = {"median": round(statistics.median(each), 2), "rounds": each}
     pip_versions = next(b["versions"] for b in builds if b["installer"] == "pip")
     uv_versions = next(b["versions"] for b in builds if b["installer"] == "uv")
     differ = sorted(k for k in set(pip_versions) | set(uv_versions) if pip_versions.get(k) != uv_versions.get(k))
@@ -109,7 +113,7 @@ def main() -> int:
     args = parser.parse_args()
     result = run(args.rounds)
     for key, value in result["ratios"].items():
-        print(f"{key}: {value}")
+        print(f"{key}: {value['median']} (rounds: {value['rounds']})")
     print(f"same versions: {result['same_versions']} {result['versions_differ'] or ''}")
     pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     return 0
