@@ -62,9 +62,23 @@ def _config_from(args):
 
 
 def cmd_serve(args) -> int:
-    from ..service.server import serve
+    config = _config_from(args)
+    _say_build_plan(config)
+    from ..service.server import serve  # seconds of imports on a busy host: after the plan
 
-    return serve(_config_from(args), log_level=args.log_level)
+    return serve(config, log_level=args.log_level)
+
+
+def _say_build_plan(config) -> None:
+    """Before a first build, its plan (steps, time, disk) as the log's first line: a kernel
+    that starts this server shows the log's last line as its status from the first second."""
+    from ..common.paths import StateDir
+    from ..images.images import DEFAULT_IMAGE, ImageStore, first_build_plan
+
+    if config.default_image == DEFAULT_IMAGE:
+        plan = first_build_plan(ImageStore(StateDir(config.state_dir)))
+        if plan:
+            print(plan, file=sys.stderr, flush=True)
 
 
 def cmd_gateway(args) -> int:

@@ -41,14 +41,16 @@ class Gate:
         return not self.shutting_down.is_set() and not self.draining
 
 
-def held(record: dict) -> dict:
-    """What a sandbox holds of the host: all its limits, or, when paused, its disk and its
-    checkpoint (runsc's image of its memory, often hundreds of MB on the same disk)."""
+def held(record: dict, config=None) -> dict:
+    """What a sandbox holds of the host: its limits with its memory request in place of its
+    memory limit (``capacity.reserved``; without ``config``, the whole limit), or, when
+    paused, its disk and its checkpoint (runsc's image of its memory, often hundreds of MB
+    on the same disk)."""
     limits = record.get("limits") or {}
     if record.get("state") == V.PAUSED:
         checkpoint = int((record.get("checkpoint") or {}).get("size_bytes") or 0)
         return {"disk_mb": limits.get("disk_mb", 0) + -(-checkpoint // capacity.MiB)}
-    return limits
+    return capacity.reserved(config, limits) if config is not None else limits
 
 
 class CapacityLedger:
@@ -83,6 +85,7 @@ class CapacityLedger:
         processes."""
         limits = {key: (handle.record.get("limits") or {}).get(key) or 0 for key in capacity.RESOURCES}
         want = {**{key: float(limits[key]) for key in capacity.RESOURCES}, "disk_mb": 0.0, "sandboxes": 0}
+        want["memory_mb"] = float(capacity.reserved(self.config, limits)["memory_mb"])
         owner = self.registry.tenancy.owner_of(handle.id)
         capacity.check_room(self.config, self.host(), limits, want, self.usage(), owner,
                             None if owner is None else self.usage(owner), what=f"the paused sandbox {handle.id} "
@@ -109,14 +112,15 @@ class CapacityLedger:
         """What live claimed sandboxes (and creates under way) hold, all of them or ``owner``'s;
         the warm pool is not counted."""
         mine = (lambda who: True) if owner is None else (lambda who: who == owner)
-        claimed = [held(h.record) for h in self.registry.live.values()
+        claimed = [held(h.record, self.config) for h in self.registry.live.values()
                    if h.record.get("state") != V.POOLED and mine(self.registry.tenancy.owner_of(h.id))]
-        return capacity.usage(claimed + [limits for who, limits in self.reserved if mine(who)])
+        return capacity.usage(claimed + [capacity.reserved(self.config, limits)
+                                         for who, limits in self.reserved if mine(who)])
 
     def report(self) -> dict:
         host = self.host()
         return {"host": {"memory_mb": host.memory_mb, "cpus": host.cpus, "disk_free_mb": host.disk_free_mb},
                 "maxima": capacity.per_sandbox(self.config, host),
                 "defaults": {k: v for k, v in self.config.default_limits().items() if k in capacity.RESOURCES}
-                | {"ttl_seconds": self.config.ttl_seconds, "max_lifetime_seconds": self.config.max_lifetime_seconds},
+                | {"memory_request_mb": self.config.memory_request_mb, "ttl_seconds": self.config.ttl_seconds, "max_lifetime_seconds": self.config.max_lifetime_seconds},
                 "capacity": capacity.report(self.config, host, self.usage())}

@@ -12,7 +12,10 @@ says what is allowed:
   are written);
 - **in total** (409 ``capacity_exceeded``): the sum over the live, claimed sandboxes stays
   within the operator's totals (``total_*``, ``max_sandboxes``; memory defaults to the
-  host's);
+  host's). Memory counts as Kubernetes counts it: each sandbox reserves its *request*
+  (``memory_request_mb``, or its limit if that is smaller), not its limit, because an idle
+  sandbox uses a fraction of its limit and reserving limits refused the 24th 1 GB sandbox
+  on a 24 GB host with 2 GB in use. Real memory is watched instead (``memory_pressure.py``);
 - **per user** on a ``--multi-user`` server (409 ``capacity_exceeded``, naming the user and
   what is free of their share): one user's sandboxes hold at most ``user_share`` of each
   total, so that one user cannot take all and leave the others ``0 free``.
@@ -78,6 +81,14 @@ def _memory_mb() -> int:
         if value.isdigit() and 0 < int(value) // MiB < total:
             total = int(value) // MiB
     return total
+
+
+def reserved(config, limits: dict) -> dict:
+    """What a sandbox with these limits holds against the totals: its limits, its memory
+    limit replaced by the memory request (``memory_request_mb``; 0: the whole limit)."""
+    request = int(getattr(config, "memory_request_mb", 0) or 0)
+    memory = int(limits.get("memory_mb") or 0)
+    return {**limits, "memory_mb": min(memory, request) if request else memory}
 
 
 def unwritten_mb(workspace_image: str, disk_mb: int) -> int:
@@ -158,6 +169,7 @@ def check(config, host: Host, limits: dict, ttl: int, max_life: int, used: dict,
         raise ApiError(422, "limit_exceeded", text, extra={"exceeded": over, "allowed": maxima})
 
     want = {**{key: float(limits[key]) for key in RESOURCES}, "sandboxes": 1}
+    want["memory_mb"] = float(reserved(config, limits)["memory_mb"])
     check_room(config, host, limits, want, used, user, user_used)
 
 
@@ -173,8 +185,12 @@ def check_room(config, host: Host, limits: dict, want: dict, used: dict, user: i
     for key, cap in caps.items():
         if cap is not None and used[key] + want[key] > cap + 1e-9:
             short[key] = {"requested": limits.get(key, 1), "free": _free(cap, used[key]), "total": cap}
+            if key == "memory_mb":
+                short[key]["reserved"] = _free(want[key], 0)
     if short:
-        text = "; ".join(f"{k} {v['requested']} does not fit: {v['free']} free" +
+        text = "; ".join(f"{k} {v['requested']}" + (f" (reserving its request of {v['reserved']})"
+                                                     if v.get("reserved", v["requested"]) != v["requested"] else "") +
+                         f" does not fit: {v['free']} free" +
                          (f" of {v['total']}" if v["total"] is not None else "") for k, v in short.items())
         free = report(config, host, used)
         raise ApiError(409, "capacity_exceeded", f"this server has no room for {what}: {text}",

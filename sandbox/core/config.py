@@ -79,6 +79,13 @@ class ServiceConfig(Configurable):
     max_disk_mb = Int(0, help="Largest disk_mb one sandbox may ask for (0: only the free disk bounds it).").tag(config=True)
     max_ttl_seconds = Int(14 * DAY, help="Largest ttl_seconds a create or renew may ask for.").tag(config=True)
     total_memory_mb = Int(0, help="Cap on the memory_mb of all live sandboxes together (0: the host's memory).").tag(config=True)
+    memory_request_mb = Int(200, help="Memory a claimed sandbox reserves against total_memory_mb (or the host's), "
+                            "like a Kubernetes request: its memory_mb stays its limit, so sandboxes may overcommit "
+                            "the host while they use little (an idle one with pandas imported uses about 150 MiB). "
+                            "A sandbox asking for less reserves what it asks. 0: reserve the whole limit.").tag(config=True)
+    memory_reserve_mb = Int(512, help="Real memory (MemAvailable) kept free: a create or a fork that would leave "
+                            "less than this beside its request first puts idle gVisor sandboxes to sleep, and is "
+                            "refused (409, reason host_memory_short) if that does not free enough.").tag(config=True)
     total_cpus = Float(0.0, help="Cap on the cpus of all live sandboxes together (0: no cap).").tag(config=True)
     total_pids = Int(0, help="Cap on the pids of all live sandboxes together (0: no cap).").tag(config=True)
     total_disk_mb = Int(0, help="Cap on the disk_mb of all live sandboxes together (0: no cap beyond free disk).").tag(config=True)

@@ -39,6 +39,7 @@ from .reaper import Reaper
 from .saves import SaveStore
 from .saving import StateSaving
 from .end_saver import EndSaver
+from .memory_pressure import MemoryPressure
 from .sleeper import Sleeper
 from .registry import Registry
 from ..runtime import vocabulary as V
@@ -72,6 +73,7 @@ class SandboxManager:
         self.saves = SaveStore(self.state_dir.saves, config.saves_max_mb * 1024 * 1024)
         self.saving = StateSaving(config, self.saves, self.calls)
         self.end_saver = EndSaver(self.registry, self.saving, self.calls, self.tenancy, config.save_seconds)
+        self.pressure = MemoryPressure(config, self.registry, self.pausing, self.ledger)
         self.reaper = Reaper(self.state_dir, self.registry, self.pausing.end_paused, self.pausing.resting,
                              self._each_second)
         self.readoption = Readoption(self.state_dir, self.registry, self.calls, self.pool, self.egress,
@@ -194,6 +196,7 @@ class SandboxManager:
         max_life = int(request.get("max_lifetime_seconds") or self.config.max_lifetime_seconds)
         limits = self.ledger.limits_for(request)
         self.ledger.check(limits, ttl, max_life, owner)
+        await self.pressure.make_room(limits)  # the host's real memory, idle gVisor sandboxes put to sleep for it
         ttl = min(ttl, max_life)
         backend = choose_backend(self.config, request)
         claim = {"op": "claim", "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
@@ -264,6 +267,8 @@ class SandboxManager:
         return await self.pausing.wake(handle)
 
     async def fork(self, source: Handle, request: dict, owner: int | None = None) -> dict:
+        if (source.record.get("isolation") or {}).get("backend") == V.GVISOR:  # others are refused in fork
+            await self.pressure.make_room(dict(source.record.get("limits") or {}))  # a fork runs a copy of it
         return self.describe(await self.pausing.fork(source, request, owner))
 
     # ------------------------------------------------------ pool and images

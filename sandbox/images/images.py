@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterable
 
 from . import image_packages
+from .installer import Installer
 from ..common import statefile
 from ..isolation import disk, imagefs
 from ..common.paths import StateDir, world_reachable
@@ -67,9 +68,20 @@ Progress = Callable[[str], None]
 
 # What a first build of the default image costs, measured on 2 cores (README, First run):
 # said before it starts, so that nobody wonders whether the first cell hangs.
-DEFAULT_BUILD_ESTIMATE = "about 1-2 min and 750 MiB of disk (1 GiB as root, with a copy of the interpreter)"
+# With uv: 24-35 s here under load (bench/build_bench.py), more where PyPI is far.
+DEFAULT_BUILD_ESTIMATE = "about 30-90 s and 750 MiB of disk (1 GiB as root, with a copy of the interpreter)"
 BUILD_STEPS = 5
 STEP_RE = re.compile(r"^step (\d+)/(\d+): (.*)$")
+
+
+def first_build_plan(store: "ImageStore", name: str = DEFAULT_IMAGE) -> str | None:
+    """What a server about to build the default image says first, before anything slow (the
+    protection probes, the sockets): the steps, the time and the disk, so that the kernel's
+    status line shows the plan from the start. None when the image is built."""
+    if store.get(name) is not None:
+        return None
+    return (f"the {name!r} image is not built yet; building it first: {BUILD_STEPS} steps (the Python environment, "
+            f"its packages with {Installer().name}, bytecode, checks, packing), {DEFAULT_BUILD_ESTIMATE}")
 
 
 def step_line(number: int, text: str) -> str:
@@ -115,8 +127,9 @@ def missing_defaults(image: dict) -> list[str]:
 
 
 class ImageStore:
-    def __init__(self, state: StateDir):
+    def __init__(self, state: StateDir, installer: Installer | None = None):
         self.state = state
+        self.installer = installer  # None: uv where installed, else pip (installer.py)
 
     def path(self, name: str) -> str:
         return os.path.join(self.state.images, name)
@@ -277,7 +290,8 @@ class ImageStore:
         venv = os.path.join(target, "venv")
         sandbox_venv = f"{SANDBOX_IMAGES}/{name}"
         base_python = getattr(sys, "_base_executable", sys.executable)
-        _run([base_python, "-m", "venv", venv], progress)
+        installer = self.installer or Installer()
+        _run(installer.venv_command(base_python, venv), progress, env=installer.env())
         venv_python = os.path.join(venv, "bin", "python")
         layers = [sandbox_venv]
         if base:
@@ -285,17 +299,21 @@ class ImageStore:
             with open(os.path.join(site, "_sandbox_base_image.pth"), "w") as f:
                 f.write(_site_packages(_tree_of(base, base["venv"])) + "\n")  # rewritten below
             layers = [sandbox_venv] + base["layers"]
-        args = [venv_python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
-        progress(step_line(2, f"downloading and installing {count} packages"))
+        args, env = installer.command(venv_python), installer.env()
+        progress(step_line(2, f"downloading and installing {count} packages (with {installer.name})"))
         if recipe["pip"]:
-            _run(args + recipe["pip"], progress)
+            _run(args + recipe["pip"], progress, env=env)
         if recipe.get("requirements"):
             req = os.path.join(target, "requirements.txt")
             with open(req, "w") as f:
                 f.write(recipe["requirements"])
-            _run(args + ["-r", req], progress)
+            _run(args + ["-r", req], progress, env=env)
         progress(step_line(3, "compiling bytecode"))
-        _run([venv_python, "-m", "compileall", "-q", "-j0", _site_packages(venv)], progress, check=False)
+        # Packages' own test suites (a third of the default image's sources: pandas/tests, ...)
+        # are left uncompiled: no notebook imports them, and compiling them was a third of
+        # this step.
+        _run([venv_python, "-m", "compileall", "-q", "-j0", "-x", r"/tests?/", _site_packages(venv)], progress,
+             check=False)
         mplcache = _check_image(venv_python, target, recipe, progress)
         packages = _freeze(venv_python)
         sites = {_site_packages(venv): name}
@@ -460,7 +478,9 @@ def _run(argv: list[str], progress: Progress, check: bool = True, env: dict | No
         if line and not line.startswith("  "):
             progress(line)
     if proc.wait() != 0 and check:
-        errors = [l for l in lines if "ERROR" in l or "error" in l.lower()][-5:] or lines[-5:]
+        # pip says ERROR: on each line; uv says error: once and explains on indented lines after it
+        first = next((i for i, l in enumerate(lines) if "error" in l.lower()), None)
+        errors = [l.strip() for l in lines[first:first + 5] if l.strip()] if first is not None else lines[-5:]
         raise ImageError(f"{os.path.basename(argv[0])} {' '.join(argv[1:4])} failed: " + " | ".join(errors))
 
 

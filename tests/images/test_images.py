@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from sandbox.images.installer import Installer
+
 import support
 
 PACKAGE = "six"
@@ -173,7 +175,8 @@ def test_package_list_matches_pip_list_in_a_cell(api, new_sandbox, run, tiny_ima
     by_name = {p["name"].lower(): p for p in image["package_list"]}
     assert by_name[PACKAGE]["layer"] == "tiny" and by_name[PACKAGE]["requested"] is True
     assert by_name["numpy"]["layer"] == "default"  # from the base image the recipe is layered on
-    assert by_name[PACKAGE]["source"] == "package index" and by_name[PACKAGE]["installer"] == "pip"
+    assert by_name[PACKAGE]["source"] == "package index"
+    assert by_name[PACKAGE]["installer"] == Installer().name  # uv, where installed (sandbox/images/installer.py)
 
 
 def test_image_inspect_and_its_cyclonedx_sbom(sandbox_server, tiny_image, tmp_path):

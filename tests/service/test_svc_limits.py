@@ -60,8 +60,9 @@ def test_info_reports_maxima_and_free_capacity(api, new_sandbox):
 
     new_sandbox(memory_mb=300, cpus=0.25)
     after = api.get("/v1/info").json()["capacity"]
-    assert after["memory_mb"]["used"] == memory["used"] + 300, (memory, after["memory_mb"])
-    assert after["memory_mb"]["free"] == memory["free"] - 300
+    reserved = min(300, info["defaults"]["memory_request_mb"] or 300)  # the request, not the limit
+    assert after["memory_mb"]["used"] == memory["used"] + reserved, (memory, after["memory_mb"])
+    assert after["memory_mb"]["free"] == memory["free"] - reserved
     assert after["sandboxes"]["used"] == info["capacity"]["sandboxes"]["used"] + 1
     assert after["cpus"]["used"] == pytest.approx(info["capacity"]["cpus"]["used"] + 0.25)
 
@@ -69,9 +70,9 @@ def test_info_reports_maxima_and_free_capacity(api, new_sandbox):
 @pytest.fixture(scope="module")
 def small_server(sandbox_server):
     """A server whose operator allows little: 1000 MiB in total, two sandboxes, at most
-    700 MiB and 10 minutes of TTL each."""
+    700 MiB and 10 minutes of TTL each; each sandbox reserves its whole memory limit."""
     state = make_state_dir("sbk-limits-", images_from=sandbox_server.state_dir)
-    settings = ["total_memory_mb=1000", "max_sandboxes=2", "max_memory_mb=700", "max_ttl_seconds=600", "ttl_seconds=300",
+    settings = ["total_memory_mb=1000", "memory_request_mb=0", "max_sandboxes=2", "max_memory_mb=700", "max_ttl_seconds=600", "ttl_seconds=300",
                 "memory_mb=256"]
     server = Server(state, "--pool-size", "0", *[a for s in settings for a in ("--set", s)],
                     token=secrets.token_hex(16), start_timeout=300)
@@ -90,7 +91,7 @@ def test_operator_maxima_and_totals_are_enforced(small_server):
         first = create(api, memory_mb=600)
         error = api_error(api.post("/v1/sandboxes", json={"memory_mb": 600}), 409)
         assert error["code"] == "capacity_exceeded"
-        assert error["exceeded"]["memory_mb"] == {"requested": 600, "free": 400, "total": 1000}, error
+        assert error["exceeded"]["memory_mb"] == {"requested": 600, "free": 400, "total": 1000, "reserved": 600}, error
         assert error["free"]["memory_mb"] == 400
         second = create(api, memory_mb=400)
         error = api_error(api.post("/v1/sandboxes", json={"memory_mb": 64}), 409)

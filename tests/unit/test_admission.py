@@ -35,7 +35,7 @@ def test_a_paused_sandbox_holds_only_its_disk():
 
 
 def test_usage_counts_claimed_sandboxes_and_reservations_not_the_pool(tmp_path):
-    manager = new_manager(tmp_path)
+    manager = new_manager(tmp_path, memory_request_mb=0)  # each reserves its whole limit
     ledger = manager.ledger
     process = sleeper()
     try:
@@ -60,3 +60,22 @@ def test_a_requests_limits_override_the_defaults(tmp_path):
     defaults = manager.config.default_limits()
     assert limits["memory_mb"] == 321 and limits["cpus"] == defaults["cpus"]
     assert limits["file_mb"] == 4096, "a file may be as large as the disk"
+
+
+def test_a_sandbox_reserves_its_memory_request_not_its_limit(tmp_path):
+    """Like a Kubernetes request: what is counted against the total is memory_request_mb
+    (or the limit, when that is smaller); the limit itself is unchanged."""
+    manager = new_manager(tmp_path, memory_request_mb=256)
+    process = sleeper()
+    try:
+        handle_of(manager, "sbx-big", V.RUNNING, process=process, limits={"memory_mb": 4096, "disk_mb": 10})
+        handle_of(manager, "sbx-small", V.RUNNING, process=process, limits={"memory_mb": 100, "disk_mb": 10})
+        assert manager.ledger.usage()["memory_mb"] == 256 + 100
+        with manager.ledger.reserving({"memory_mb": 1024, "disk_mb": 5}):
+            assert manager.ledger.usage()["memory_mb"] == 256 + 100 + 256
+        assert manager.live["sbx-big"].record["limits"]["memory_mb"] == 4096
+        manager.config.memory_request_mb = 0  # the control: whole limits
+        assert manager.ledger.usage()["memory_mb"] == 4096 + 100
+    finally:
+        process.kill()
+        process.wait()

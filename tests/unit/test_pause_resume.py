@@ -45,7 +45,8 @@ def test_a_restore_that_no_longer_fits_is_refused_and_the_sandbox_stays_paused(t
     On a shared server the same holds for its owner's share while the server has room."""
     MiB = 1024 * 1024
     limits = {"memory_mb": 1024, "cpus": 1.0, "pids": 256, "disk_mb": 100}
-    manager = new_manager(tmp_path, total_memory_mb=2048, multi_user=True, user_share=0.5)
+    manager = new_manager(tmp_path, total_memory_mb=2048, multi_user=True, user_share=0.5,
+                          memory_request_mb=0)  # each reserves its whole limit
     paused = handle_of(manager, "sbx-sleeper", V.PAUSED, limits=limits, checkpoint={"size_bytes": 300 * MiB})
     other = handle_of(manager, "sbx-other", V.RUNNING, limits={**limits, "memory_mb": 1536})
     started = []
