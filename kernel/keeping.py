@@ -28,6 +28,15 @@ from .binding import NotebookLease, notebook_from_env
 from .outputs import format_duration
 
 FRESH_HINT = "for a fresh one: %sandbox new, or Restart kernel"
+KEEPING_OFF_NOTE = ("this notebook does not keep its sandbox (SANDBOX_KERNEL_KEEP_NOTEBOOK_SANDBOX=0 here): it is "
+                    "deleted when this kernel ends, with its variables and files\n")
+
+
+def not_kept_note(where: t.Any, exc: OSError) -> str:
+    """What a notebook hears when its binding cannot be recorded: its sandbox will not be kept."""
+    why = exc.strerror or str(exc)
+    return (f"this notebook cannot keep its sandbox: its record in {where} cannot be written ({why}); the sandbox "
+            "is deleted when this kernel ends, with its variables and files\n")
 
 
 def _epoch(value: t.Any) -> float | None:
@@ -92,7 +101,9 @@ class NotebookKeeper:
         self.notebook = notebook_from_env() if enabled else None
         self.log = log
         self.lease: NotebookLease | None = None
-        self.note: str | None = None  # said in the first cell that shows output
+        # said in the first cell that shows output; a notebook whose sandbox will not be
+        # kept is told so there, not only in a log its user may never read
+        self.note: str | None = KEEPING_OFF_NOTE if not enabled and notebook_from_env() else None
 
     @property
     def keeping(self) -> bool:
@@ -109,6 +120,7 @@ class NotebookKeeper:
             holder = lease.acquire()
         except OSError as exc:
             self.log.warning("cannot record this notebook's sandbox in %s: %s", lease.dir, exc)
+            self.note = not_kept_note(lease.dir, exc)
             return
         if holder is not None:
             pid = f" (pid {holder})" if holder else ""
@@ -146,6 +158,8 @@ class NotebookKeeper:
                 self.lease.write(sbx.id, cap.isoformat() if cap else None)  # type: ignore[union-attr]
             except OSError as exc:
                 self.log.warning("cannot record this notebook's sandbox: %s", exc)
+                self.note = not_kept_note(self.lease.dir, exc)  # type: ignore[union-attr]
+                self.lease.release()  # type: ignore[union-attr]  (not kept: deleted at the end)
 
     def forget(self) -> None:
         """The notebook's sandbox was deleted (restart, %sandbox new): nothing to take back."""

@@ -292,6 +292,29 @@ def test_a_notebook_lease_is_held_once_and_goes_with_its_holder(tmp_path):
     assert (tmp_path / "notebooks").stat().st_mode & 0o777 == 0o700
 
 
+def test_bindings_of_a_server_whose_state_is_not_ours_go_to_our_own_state(tmp_path, monkeypatch):
+    """A shared host's system server keeps its state in root's directory: a user's bindings go
+    to the user's own state directory (XDG_DATA_HOME/sandbox-kernel), where the user can write."""
+    import os
+
+    from kernel.binding import NotebookLease, all_bindings
+
+    server_state, own = tmp_path / "system", tmp_path / "data"
+    server_state.mkdir()
+    monkeypatch.setenv("XDG_DATA_HOME", str(own))
+    ours = NotebookLease(server_state, "/nb/a.ipynb", "unix:/s.sock", "")
+    assert ours.dir == server_state / "notebooks"  # the server's state is ours (the embedded default)
+    if os.geteuid() != 0:
+        pytest.skip("giving the server's state directory to another uid needs root")
+    os.chown(server_state, 65534, 65534)
+    theirs = NotebookLease(server_state, "/nb/a.ipynb", "unix:/s.sock", "")
+    assert theirs.dir == own / "sandbox-kernel" / "notebooks"
+    assert theirs.acquire() is None
+    theirs.write("sbx-1", None)
+    assert [b.sandbox_id for b, _, _ in all_bindings(server_state)] == ["sbx-1"]
+    assert not (server_state / "notebooks").exists()
+
+
 def test_a_binding_that_is_not_ours_or_not_an_id_is_ignored(tmp_path):
     import json
 
