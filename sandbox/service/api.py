@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import urllib.parse
 from dataclasses import dataclass
 from functools import lru_cache
@@ -117,8 +118,19 @@ def visible(request: Request) -> Handle:
 
 
 def described(request: Request, view: dict) -> dict:
-    """A sandbox's description with its scope label (None: made by an unscoped caller)."""
-    return {**view, "scope": manager_of(request).tenancy.scope_of(view["id"])}
+    """A sandbox's description with its scope label (None: made by an unscoped caller), and
+    on a shared (--multi-user) server its owner: root lists every user's sandboxes there and
+    must be able to tell whose each is."""
+    manager = manager_of(request)
+    view = {**view, "scope": manager.tenancy.scope_of(view["id"])}
+    if request.app.state.multi_user:
+        view["owner"] = owner_view(manager.owner_of(view["id"]))
+    return view
+
+
+def owner_view(uid: int | None) -> dict:
+    """An owner as the API shows it: the uid (None: the server's own user's) and its name."""
+    return {"uid": os.getuid() if uid is None else uid, "name": usage_store.owner_name(uid)}
 
 
 def labelled(request: Request, view: dict) -> dict:
