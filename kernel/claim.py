@@ -26,6 +26,7 @@ from sandbox.client import (
 from sandbox.runtime import vocabulary as V
 
 from . import binding
+from .keeping import hold as hold_sandbox
 from .failure import CellFailure
 from .outputs import gone_notice
 from .server import ServerStartError, ensure_server
@@ -127,6 +128,7 @@ class SandboxClaim:
             on_idle=V.ON_IDLE_PAUSE if keeping and self.settings.isolation == V.GVISOR else None,
         )
         self.keeper.bind(sbx)
+        await hold_sandbox(sbx, config)  # a new sandbox is free: this only tells the server it is ours
         self.log.info("sandbox %s (%s)", sbx.id, "warm pool" if sbx.info.from_pool else "cold start")
         return sbx
 
@@ -266,6 +268,10 @@ class SandboxClaim:
             sbx = await AsyncSandbox.connect(sandbox_id, config=config)
         except (SandboxGone, SandboxNotFound) as exc:  # about that id, not about this kernel's sandbox
             raise CellFailure(type(exc).__name__, f"%sandbox attach: {exc.message}") from None
+        refused = await hold_sandbox(sbx, config)  # the server's word: another user state's kernel counts too
+        if refused is not None:
+            await sbx.close()
+            raise CellFailure("SandboxInUse", f"%sandbox attach: {refused}")
         if sbx.info.state == V.PAUSED:
             await sbx.resume()
         old = self._sandbox

@@ -21,7 +21,7 @@ import time
 import typing as t
 from datetime import datetime
 
-from sandbox.client import AsyncSandbox, SandboxGone, SandboxNotFound, ServerConfig
+from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFound, ServerConfig
 from sandbox.runtime import vocabulary as V
 
 from .binding import NotebookLease, notebook_from_env
@@ -94,6 +94,21 @@ def ended_note(sandbox_id: str, exc: t.Any, cap: str | None) -> str:
             "server's state was reset); this is a new one\n")
 
 
+async def hold(sbx: AsyncSandbox, config: ServerConfig) -> str | None:
+    """Tell the server this kernel serves `sbx` (over its socket, where it knows our pid): it
+    refuses while another live kernel does, whatever our notebook records say (they are one
+    user's, in one state directory). The server's refusal, or None. A server without holds
+    (an older one), or TCP, holds nothing: the records' own check still applies."""
+    if not config.socket:
+        return None
+    try:
+        await sbx.hold()
+    except SandboxError as exc:
+        if exc.code == "in_use":
+            return exc.message
+    return None
+
+
 class NotebookKeeper:
     """The notebook's side of the kernel's sandbox: re-attach at start, keep at the end."""
 
@@ -139,6 +154,11 @@ class NotebookKeeper:
         except (SandboxGone, SandboxNotFound) as exc:
             self.note = ended_note(binding.sandbox_id, exc, binding.max_expires_at)
             self.lease.clear()  # type: ignore[union-attr]
+            return None
+        refused = await hold(sbx, config)
+        if refused is not None:
+            await sbx.close()
+            self.note = f"this notebook's sandbox is not free: {refused}; this kernel has a new one\n"
             return None
         was_paused = sbx.info.state == V.PAUSED
         if was_paused:

@@ -527,6 +527,12 @@ class AsyncSandbox:
         body = await self._transport.request("POST", self._url("input"), json={"value": value})
         return bool((body or {}).get("delivered"))
 
+    async def hold(self) -> None:
+        """This process serves the sandbox now (a notebook's kernel), letting go of any other
+        it held. Raises SandboxError with code ``in_use`` while another live process holds it:
+        two kernels never share a sandbox. Over the unix socket only (InvalidRequest on TCP)."""
+        await self._transport.request("POST", self._url("hold"))
+
     async def interrupt(self) -> bool:
         """Send KeyboardInterrupt to the running cell; False if nothing was running."""
         body = await self._transport.request("POST", self._url("interrupt"))

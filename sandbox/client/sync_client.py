@@ -529,6 +529,12 @@ class Sandbox:
         body = self._transport.request("POST", self._url("input"), json={"value": value})
         return bool((body or {}).get("delivered"))
 
+    def hold(self) -> None:
+        """This process serves the sandbox now (a notebook's kernel), letting go of any other
+        it held. Raises SandboxError with code ``in_use`` while another live process holds it:
+        two kernels never share a sandbox. Over the unix socket only (InvalidRequest on TCP)."""
+        self._transport.request("POST", self._url("hold"))
+
     def interrupt(self) -> bool:
         """Send KeyboardInterrupt to the running cell; False if nothing was running."""
         body = self._transport.request("POST", self._url("interrupt"))

@@ -306,6 +306,23 @@ async def fork(request: Request):
     return JSONResponse(labelled(request, forked), status_code=201)
 
 
+async def hold(request: Request):
+    """The calling process (a notebook's kernel) serves this sandbox now: refused with 409
+    in_use while another live process does (two kernels never share a sandbox). The caller is
+    known by its pid on the unix socket only."""
+    manager, peer = manager_of(request), caller_of(request).peer
+    handle = visible(request)
+    if peer is None:
+        raise ApiError(422, "invalid_request", "hold needs the server's unix socket, where the server knows the "
+                                               "calling process")
+    holder = manager.tenancy.hold(handle.id, peer.pid)
+    if holder is not None:
+        raise ApiError(409, "in_use", f"sandbox {handle.id} is in use by another live process (pid {holder}, "
+                                      "a kernel): two kernels never share a sandbox; shut that kernel down first",
+                       extra={"holder_pid": holder})
+    return JSONResponse({"id": handle.id, "holder_pid": peer.pid})
+
+
 async def interrupt(request: Request):
     reply = await manager_of(request).call(await live(request), {"op": "interrupt"})
     return JSONResponse({"interrupted": reply.get("interrupted", False)})
@@ -512,6 +529,10 @@ ENDPOINTS = (
     Endpoint("POST", SID + "/renew", renew, op("Renew the TTL", params=[SANDBOX_ID], body=json_body(schemas.RENEW),
                                                errors=ON_SANDBOX)),
     Endpoint("POST", SID + "/interrupt", interrupt, op("Interrupt the running cell", params=[SANDBOX_ID])),
+    Endpoint("POST", SID + "/hold", hold, op(
+        "The calling process (a notebook's kernel) serves this sandbox now, letting go of any other it held; "
+        "409 in_use while another live process holds it. Unix socket only (the caller's pid): 422 over TCP",
+        params=[SANDBOX_ID], errors=(401, 404, 409, 410, 422))),
     Endpoint("POST", SID + "/pause", pause, op(
         "Pause a gvisor sandbox: checkpoint its live interpreter to disk and free its memory; the next call "
         "restores it. 409 with a reason (not_supported, busy, not_running, checkpoint_failed) when it cannot",

@@ -240,3 +240,21 @@ def test_a_server_restart_between_kernels_keeps_the_state(notebook, sandbox_serv
     run = run_cell(kc, "kept", timeout=120)
     assert run.result_text() == "7" and sid in run.stderr
 
+
+
+def test_the_server_refuses_a_sandbox_another_live_kernel_holds(start_kernel, sandbox_server, tmp_path):
+    """Two kernels never share a sandbox, even where no record of either tells (a console's
+    kernel keeps none; on a shared host each user's records are in their own home): over the
+    socket the server knows which live kernel holds each sandbox, and refuses another's
+    `%sandbox attach`. Once the holder ends, the sandbox is free."""
+    sock = f"unix:{sandbox_server.state_dir / 'server.sock'}"
+    km_a, kc_a = start_kernel(cwd=tmp_path, SANDBOX_KERNEL_URL=sock)
+    a = sandbox_id(kc_a)
+    km_b, kc_b = start_kernel(cwd=tmp_path, SANDBOX_KERNEL_URL=sock)
+    b = sandbox_id(kc_b)
+    run = run_cell(kc_b, f"%sandbox attach {a}")
+    assert run.status == "error", run.stdout
+    said = run.reply["content"]["evalue"]
+    assert "in use by another live process" in said and "two kernels never share" in said, said
+    assert sandbox_id(kc_b) == b
+    assert run_cell(kc_a, "x = 1").status == "ok"  # the holder's sandbox is untouched
