@@ -232,6 +232,23 @@ def test_install_kernelspec_into_a_prefix(tmp_path: pathlib.Path):
         assert (path / f"logo-{size}x{size}.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_shared_hosts_kernelspecs_pin_the_server_and_turn_host_cells_off(tmp_path: pathlib.Path):
+    """`sandbox-kernel install --url … --no-host-cells`, as deploy/jupyterhub/setup.sh runs it."""
+    import subprocess
+    import sys
+
+    url = "unix:/var/lib/sandbox-kernel/server.sock"
+    r = subprocess.run([sys.executable, "-m", "sandbox", "install", "--prefix", str(tmp_path), "--url", url,
+                        "--no-host-cells"], capture_output=True, text=True, timeout=120,
+                       cwd=str(pathlib.Path(__file__).resolve().parents[2]))
+    assert r.returncode == 0, r.stderr
+    for name in ("sandbox", "sandbox-gvisor"):
+        spec = json.loads((tmp_path / "share/jupyter/kernels" / name / "kernel.json").read_text())
+        assert spec["env"] == {"SANDBOX_KERNEL_URL": url, "SANDBOX_KERNEL_HOST_CELLS": "0"}, spec
+    plain = json.loads((pathlib.Path(install_kernelspec(prefix=str(tmp_path / "plain"))) / "kernel.json").read_text())
+    assert "env" not in plain  # a user's own install pins nothing
+
+
 def test_shipped_kernelspec_matches_the_source_copy():
     root = pathlib.Path(__file__).resolve().parents[2]
     for name in ("kernel.json", "logo-32x32.png", "logo-64x64.png"):
