@@ -22,6 +22,7 @@ import typing as t
 from datetime import datetime
 
 from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFound, ServerConfig
+from sandbox.client.async_client import hold as hold_on_server
 from sandbox.runtime import vocabulary as V
 
 from .binding import NotebookLease, notebook_from_env
@@ -102,7 +103,7 @@ async def hold(sbx: AsyncSandbox, config: ServerConfig) -> str | None:
     if not config.socket:
         return None
     try:
-        await sbx.hold()
+        await hold_on_server(sbx)
     except SandboxError as exc:
         if exc.code == "in_use":
             return exc.message

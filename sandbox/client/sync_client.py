@@ -529,12 +529,6 @@ class Sandbox:
         body = self._transport.request("POST", self._url("input"), json={"value": value})
         return bool((body or {}).get("delivered"))
 
-    def hold(self) -> None:
-        """This process serves the sandbox now (a notebook's kernel), letting go of any other
-        it held. Raises SandboxError with code ``in_use`` while another live process holds it:
-        two kernels never share a sandbox. Over the unix socket only (InvalidRequest on TCP)."""
-        self._transport.request("POST", self._url("hold"))
-
     def interrupt(self) -> bool:
         """Send KeyboardInterrupt to the running cell; False if nothing was running."""
         body = self._transport.request("POST", self._url("interrupt"))
@@ -657,3 +651,11 @@ def server_info(
         return tr.request("GET", "/v1/info")
     finally:
         tr.close()
+
+
+def hold(sandbox: Sandbox) -> None:
+    """`sandbox` is served by this process now (a notebook's kernel), which lets go of any
+    other it held. Raises SandboxError with code ``in_use`` while another live process holds
+    it: two kernels never share a sandbox. Over the unix socket only (InvalidRequest on TCP).
+    A function, not a method: only kernels hold."""
+    sandbox._transport.request("POST", sandbox._url("hold"))
