@@ -6,6 +6,11 @@ small JSON file in ``<state_dir>/notebooks/`` (0700, the user's own), named by a
 the server, the isolation tier and the notebook's path: a notebook opened with another tier
 or against another server has a sandbox of its own.
 
+Which state directory: the server's when it is the user's own (the embedded default, a
+state directory given), else the user's own default one (`bindings_dir`). A shared host's
+system server keeps its state in root's directory, which a user cannot write: the bindings
+of every user there would fail, and no notebook would keep its sandbox.
+
 Two kernels on one notebook must never share its sandbox silently. The kernel that serves
 the notebook holds an exclusive ``flock`` on the binding's lease file for its whole life:
 the lock goes with the process, so a kernel that crashed or was killed (SIGKILL) leaves no
@@ -29,6 +34,8 @@ import re
 import time
 from dataclasses import asdict, dataclass
 
+from sandbox.common.paths import users_own_state_dir
+
 NOTEBOOKS_DIR = "notebooks"
 SANDBOX_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -44,12 +51,25 @@ class Binding:
     kernel_pid: int | None = None  # the kernel that last held it
 
 
+def bindings_dir(server_state_dir: pathlib.Path) -> pathlib.Path:
+    """Where this user's notebook bindings for the server of `server_state_dir` live: in it
+    when it is the user's (or not made yet: the user's server will make it), else in the
+    user's own state directory."""
+    try:
+        owner = server_state_dir.stat().st_uid
+    except OSError:
+        return server_state_dir / NOTEBOOKS_DIR
+    if owner == os.geteuid():
+        return server_state_dir / NOTEBOOKS_DIR
+    return pathlib.Path(users_own_state_dir()) / NOTEBOOKS_DIR
+
+
 class NotebookLease:
     """One notebook's binding file and the lease that says a live kernel serves it."""
 
     def __init__(self, state_dir: pathlib.Path, notebook: str, server: str, tier: str) -> None:
         self.notebook = notebook
-        self.dir = state_dir / NOTEBOOKS_DIR
+        self.dir = bindings_dir(state_dir)
         key = hashlib.sha256(f"{server}\0{tier}\0{notebook}".encode()).hexdigest()[:32]
         self.path = self.dir / f"{key}.json"
         self.lock_path = self.dir / f"{key}.lock"
@@ -113,7 +133,7 @@ class NotebookLease:
 def all_bindings(state_dir: pathlib.Path) -> list[tuple[Binding, pathlib.Path, bool]]:
     """Every notebook binding of the user: (binding, its file, whether a live kernel holds it)."""
     found = []
-    for path in sorted((state_dir / NOTEBOOKS_DIR).glob("*.json")):
+    for path in sorted(bindings_dir(state_dir).glob("*.json")):
         binding = _load(path)
         if binding is None:
             continue

@@ -34,7 +34,7 @@ from . import binding, saved_state
 from .cell_output import Output
 from .config import SandboxSettings
 from .failure import CellFailure
-from .keeping import NotebookKeeper
+from .keeping import NotebookKeeper, hold as hold_sandbox
 from .notes import show_note
 from .outputs import gone_notice
 from .server import ServerStartError, ensure_server
@@ -188,6 +188,7 @@ class SandboxClaim:
         self.keeper.bind(sbx)
         if sbx.info.restored is not None:
             self.keeper.note = (self.keeper.note or "") + saved_state.restored_note(sbx.info.restored)
+        await hold_sandbox(sbx, config)  # a new sandbox is free: this only tells the server it is ours
         self.log.info("sandbox %s (%s)", sbx.id, "warm pool" if sbx.info.from_pool else "cold start")
         return sbx
 
@@ -326,6 +327,10 @@ class SandboxClaim:
             sbx = await AsyncSandbox.connect(sandbox_id, config=config)
         except (SandboxGone, SandboxNotFound) as exc:  # about that id, not about this kernel's sandbox
             raise CellFailure(type(exc).__name__, f"%sandbox attach: {exc.message}") from None
+        refused = await hold_sandbox(sbx, config)  # the server's word: another user state's kernel counts too
+        if refused is not None:
+            await sbx.close()
+            raise CellFailure("SandboxInUse", f"%sandbox attach: {refused}")
         if sbx.info.state == V.PAUSED:
             await sbx.resume()
         old = self._sandbox

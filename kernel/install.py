@@ -38,9 +38,14 @@ TIERS: dict[str | None, str] = {None: "", "gvisor": "gVisor"}
 
 
 def kernel_spec(image: str | None = None, python: str | None = None,
-                isolation: str | None = None) -> tuple[str, dict[str, t.Any]]:
+                isolation: str | None = None, url: str | None = None,
+                host_cells: bool = True) -> tuple[str, dict[str, t.Any]]:
     """The kernelspec name and kernel.json content for `image` (None: the default) on the
-    isolation tier `isolation` (a key of TIERS)."""
+    isolation tier `isolation` (a key of TIERS).
+
+    `url` pins the kernel to one server (a shared host's system server: the spec, not each
+    user's environment, says where sandboxes live); `host_cells=False` turns `%%host` off in
+    the spec, the default a shared host wants (a host cell runs as the user, beside others)."""
     if isolation not in TIERS:
         raise ValueError(f"no kernelspec tier {isolation!r} (known: {', '.join(k for k in TIERS if k)})")
     spec = json.loads((RESOURCES / "kernel.json").read_text())
@@ -56,6 +61,10 @@ def kernel_spec(image: str | None = None, python: str | None = None,
         name = f"{name}-{isolation}"
         label += f", {TIERS[isolation]}"
         spec["argv"].append(f"--SandboxKernel.isolation={isolation}")
+    if url:
+        spec.setdefault("env", {})["SANDBOX_KERNEL_URL"] = url
+    if not host_cells:
+        spec.setdefault("env", {})["SANDBOX_KERNEL_HOST_CELLS"] = "0"
     spec["display_name"] = f"{DISPLAY_NAME[:-1]}{label})"
     return name, spec
 
@@ -79,6 +88,8 @@ def install_kernelspec(
     prefix: str | None = None,
     image: str | None = None,
     isolation: str | None = None,
+    url: str | None = None,
+    host_cells: bool = True,
 ) -> str:
     """Install the kernelspec of `image` on tier `isolation` and return the directory it went to.
 
@@ -87,7 +98,7 @@ def install_kernelspec(
     """
     from jupyter_client.kernelspec import KernelSpecManager
 
-    name, spec = kernel_spec(image, isolation=isolation)
+    name, spec = kernel_spec(image, isolation=isolation, url=url, host_cells=host_cells)
     if sys_prefix:
         prefix = sys.prefix
     if prefix is not None:
@@ -102,15 +113,27 @@ def install_kernelspec(
 
 
 def install_kernelspecs(user: bool = True, sys_prefix: bool = False, prefix: str | None = None,
-                        image: str | None = None, progress: t.Callable[[str], None] = print) -> list[str]:
+                        image: str | None = None, progress: t.Callable[[str], None] = print,
+                        url: str | None = None, host_cells: bool = True) -> list[str]:
     """Install the kernelspec of `image` for every tier; the directories they went to."""
     paths = []
     for isolation in TIERS:
-        path = install_kernelspec(user=user, sys_prefix=sys_prefix, prefix=prefix, image=image, isolation=isolation)
-        name, spec = kernel_spec(image, isolation=isolation)
+        path = install_kernelspec(user=user, sys_prefix=sys_prefix, prefix=prefix, image=image, isolation=isolation,
+                                  url=url, host_cells=host_cells)
+        name, spec = kernel_spec(image, isolation=isolation, url=url, host_cells=host_cells)
         progress(f"installed kernelspec {name!r} ({spec['display_name']}) in {path}")
         paths.append(path)
     return paths
+
+
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """`--url` and `--no-host-cells`: what a shared host's kernelspecs pin (one definition,
+    for `python -m kernel.install` and `sandbox-kernel install`)."""
+    parser.add_argument("--url", help="the kernels' server, e.g. unix:/var/lib/sandbox-kernel/server.sock (a shared "
+                                      "host's system server); default: each user's own")
+    parser.add_argument("--no-host-cells", action="store_true",
+                        help="turn %%%%host cells off in the kernelspecs (SANDBOX_KERNEL_HOST_CELLS=0), as a shared "
+                             "host should")
 
 
 def main(argv: t.Sequence[str] | None = None) -> int:
@@ -122,10 +145,12 @@ def main(argv: t.Sequence[str] | None = None) -> int:
     where.add_argument("--sys-prefix", action="store_true", help="install into this Python environment")
     where.add_argument("--prefix", help="install into the given prefix (e.g. another environment)")
     parser.add_argument("--image", help="make a kernel for this sandbox image: sandbox-NAME")
+    add_server_options(parser)
     args = parser.parse_args(argv)
     try:
         install_kernelspecs(
-            user=not (args.sys_prefix or args.prefix), sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image
+            user=not (args.sys_prefix or args.prefix), sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image,
+            url=args.url, host_cells=not args.no_host_cells,
         )
     except ValueError as exc:
         parser.error(str(exc))

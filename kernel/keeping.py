@@ -21,13 +21,23 @@ import time
 import typing as t
 from datetime import datetime
 
-from sandbox.client import AsyncSandbox, SandboxGone, SandboxNotFound, ServerConfig
+from sandbox.client import AsyncSandbox, SandboxError, SandboxGone, SandboxNotFound, ServerConfig
+from sandbox.client.async_client import hold as hold_on_server
 from sandbox.runtime import vocabulary as V
 
 from .binding import NotebookLease, notebook_from_env
 from .outputs import format_duration
 
 FRESH_HINT = "for a fresh one: %sandbox new, or Restart kernel"
+KEEPING_OFF_NOTE = ("this notebook does not keep its sandbox (SANDBOX_KERNEL_KEEP_NOTEBOOK_SANDBOX=0 here): it is "
+                    "deleted when this kernel ends, with its variables and files\n")
+
+
+def not_kept_note(where: t.Any, exc: OSError) -> str:
+    """What a notebook hears when its binding cannot be recorded: its sandbox will not be kept."""
+    why = exc.strerror or str(exc)
+    return (f"this notebook cannot keep its sandbox: its record in {where} cannot be written ({why}); the sandbox "
+            "is deleted when this kernel ends, with its variables and files\n")
 
 
 def _epoch(value: t.Any) -> float | None:
@@ -85,6 +95,21 @@ def ended_note(sandbox_id: str, exc: t.Any, cap: str | None) -> str:
             "server's state was reset); this is a new one\n")
 
 
+async def hold(sbx: AsyncSandbox, config: ServerConfig) -> str | None:
+    """Tell the server this kernel serves `sbx` (over its socket, where it knows our pid): it
+    refuses while another live kernel does, whatever our notebook records say (they are one
+    user's, in one state directory). The server's refusal, or None. A server without holds
+    (an older one), or TCP, holds nothing: the records' own check still applies."""
+    if not config.socket:
+        return None
+    try:
+        await hold_on_server(sbx)
+    except SandboxError as exc:
+        if exc.code == "in_use":
+            return exc.message
+    return None
+
+
 class NotebookKeeper:
     """The notebook's side of the kernel's sandbox: re-attach at start, keep at the end."""
 
@@ -92,7 +117,9 @@ class NotebookKeeper:
         self.notebook = notebook_from_env() if enabled else None
         self.log = log
         self.lease: NotebookLease | None = None
-        self.note: str | None = None  # said in the first cell that shows output
+        # said in the first cell that shows output; a notebook whose sandbox will not be
+        # kept is told so there, not only in a log its user may never read
+        self.note: str | None = KEEPING_OFF_NOTE if not enabled and notebook_from_env() else None
         self.lost_sandbox: str | None = None  # the kept sandbox found gone: its saved state may come back
 
     @property
@@ -110,6 +137,7 @@ class NotebookKeeper:
             holder = lease.acquire()
         except OSError as exc:
             self.log.warning("cannot record this notebook's sandbox in %s: %s", lease.dir, exc)
+            self.note = not_kept_note(lease.dir, exc)
             return
         if holder is not None:
             pid = f" (pid {holder})" if holder else ""
@@ -130,6 +158,11 @@ class NotebookKeeper:
             self.lost_sandbox = binding.sandbox_id
             self.lease.clear()  # type: ignore[union-attr]
             return None
+        refused = await hold(sbx, config)
+        if refused is not None:
+            await sbx.close()
+            self.note = f"this notebook's sandbox is not free: {refused}; this kernel has a new one\n"
+            return None
         was_paused = sbx.info.state == V.PAUSED
         if was_paused:
             try:
@@ -148,6 +181,8 @@ class NotebookKeeper:
                 self.lease.write(sbx.id, cap.isoformat() if cap else None)  # type: ignore[union-attr]
             except OSError as exc:
                 self.log.warning("cannot record this notebook's sandbox: %s", exc)
+                self.note = not_kept_note(self.lease.dir, exc)  # type: ignore[union-attr]
+                self.lease.release()  # type: ignore[union-attr]  (not kept: deleted at the end)
 
     def forget(self) -> None:
         """The notebook's sandbox was deleted (restart, %sandbox new): nothing to take back."""

@@ -14,7 +14,8 @@ def cmd_install(args) -> int:
     from kernel.install import install_kernelspecs
 
     try:
-        install_kernelspecs(user=args.user, sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image)
+        install_kernelspecs(user=args.user, sys_prefix=args.sys_prefix, prefix=args.prefix, image=args.image,
+                            url=args.url, host_cells=not args.no_host_cells)
     except ValueError as exc:  # an image name no kernelspec can carry
         error(str(exc))
         return 2
@@ -96,12 +97,17 @@ def register(sub) -> None:
 
     p = command(sub, "install", "install the Jupyter kernelspecs (one per isolation tier)", """
         sandbox-kernel install --user
-        sandbox-kernel install --sys-prefix --image stats     # "Python (sandbox: stats)\"""")
+        sandbox-kernel install --sys-prefix --image stats     # "Python (sandbox: stats)"
+        sandbox-kernel install --prefix /opt/sandbox-kernel/hub --url unix:/var/lib/sandbox-kernel/server.sock \\
+            --no-host-cells                                  # a shared host's (deploy/jupyterhub)""")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true")
     where.add_argument("--sys-prefix", action="store_true")
     where.add_argument("--prefix")
     p.add_argument("--image", help="install 'Python (sandbox: IMAGE)' for a custom image")
+    from kernel.install import add_server_options
+
+    add_server_options(p)
     p.set_defaults(func=cmd_install)
 
     p = command(sub, "mcp", "serve the sandboxes over the Model Context Protocol (stdio or HTTP)", """

@@ -37,15 +37,20 @@ def cmd_ls(args) -> int:
               file=sys.stderr)
         return 0
     shown = [c for c in USAGE_COLUMNS if any(c[0] in (s.raw.get("usage") or {}) for s in sandboxes)]
-    header = ["ID", "STATE", "IMAGE", "ISOLATION", "CREATED", "EXPIRES", "CELLS", "MEMORY"] + [c[1] for c in shown]
+    # A shared server names each sandbox's owner (root lists everyone's there).
+    owners = any("owner" in s.raw for s in sandboxes)
+    header = ["ID", *(["OWNER"] if owners else []), "STATE", "IMAGE", "ISOLATION", "CREATED", "EXPIRES", "CELLS",
+              "MEMORY"] + [c[1] for c in shown]
     rows = []
     for s in sandboxes:
         memory = human.size(s.limits.memory_mb * (1 << 20)) if s.limits.memory_mb else "-"
         usage = s.raw.get("usage") or {}
-        rows.append([s.id, s.state, s.image or "-", s.isolation.get("backend") or "-", human.relative(s.created_at),
-                     human.relative(s.expires_at), s.execution_count, memory]
+        owner = [(s.raw.get("owner") or {}).get("name") or "-"] if owners else []
+        rows.append([s.id, *owner, s.state, s.image or "-", s.isolation.get("backend") or "-",
+                     human.relative(s.created_at), human.relative(s.expires_at), s.execution_count, memory]
                     + [fmt(usage[key]) if usage.get(key) is not None else "-" for key, _, fmt in shown])
-    print(human.table(header, rows, right={6, 7, *range(8, 8 + len(shown))}))
+    first_number = 7 if owners else 6
+    print(human.table(header, rows, right=set(range(first_number, first_number + 2 + len(shown)))))
     return 0
 
 

@@ -726,3 +726,11 @@ async def server_info(
         return await tr.request("GET", "/v1/info")
     finally:
         await tr.close()
+
+
+async def hold(sandbox: AsyncSandbox) -> None:
+    """`sandbox` is served by this process now (a notebook's kernel), which lets go of any
+    other it held. Raises SandboxError with code ``in_use`` while another live process holds
+    it: two kernels never share a sandbox. Over the unix socket only (InvalidRequest on TCP).
+    A function, not a method: only kernels hold."""
+    await sandbox._transport.request("POST", sandbox._url("hold"))

@@ -728,3 +728,11 @@ def server_info(
         return tr.request("GET", "/v1/info")
     finally:
         tr.close()
+
+
+def hold(sandbox: Sandbox) -> None:
+    """`sandbox` is served by this process now (a notebook's kernel), which lets go of any
+    other it held. Raises SandboxError with code ``in_use`` while another live process holds
+    it: two kernels never share a sandbox. Over the unix socket only (InvalidRequest on TCP).
+    A function, not a method: only kernels hold."""
+    sandbox._transport.request("POST", sandbox._url("hold"))

@@ -30,6 +30,13 @@ def default_state_dir() -> str:
         return os.path.abspath(os.path.expanduser(env))
     if os.geteuid() == 0:
         return "/var/lib/sandbox-kernel"
+    return users_own_state_dir()
+
+
+def users_own_state_dir() -> str:
+    """An ordinary user's own state directory, whatever server they use: where the embedded
+    default's server keeps its state, and where a client of a shared system server keeps
+    what is the user's alone (a notebook's binding to its sandbox)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
     return os.path.join(base, "sandbox-kernel")
 

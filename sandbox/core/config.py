@@ -148,6 +148,10 @@ class ServiceConfig(Configurable):
                                  "(it is also written when it ends): what a crash of its supervisor can lose.").tag(config=True)
     metrics_port = Int(0, help="Also serve /metrics without authentication on 127.0.0.1:PORT, for a local "
                        "Prometheus (0: only /metrics on the API, behind its authentication).").tag(config=True)
+    metrics_owner_label = Bool(False, help="Also export the sandboxes by owner (sandbox_kernel_sandboxes_by_owner, "
+                               "labelled with the user's name): one series per user, so only where the operator "
+                               "wants it (a team's host; off, the labels are bounded by states, tiers and images)."
+                               ).tag(config=True)
 
     @validate("node_id")
     def _check_node_id(self, proposal):

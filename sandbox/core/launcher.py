@@ -70,7 +70,10 @@ def choose_backend(config: ServiceConfig, request: dict) -> str:
     if backend == V.GVISOR:
         ok, why = gvisor.available()
         if not ok:
-            raise ApiError(422, "invalid_request", f"isolation 'gvisor' is not available on this server: {why}")
+            # Said so that a notebook's first cell on "Python (sandbox, gVisor)" names the way on.
+            raise ApiError(422, "invalid_request", f"isolation 'gvisor' is not available on this server: {why}; the "
+                           "bwrap tier is (in Jupyter: the kernel \"Python (sandbox)\"; through the API: no "
+                           "isolation, or 'bwrap')")
     if request.get("egress") and backend == V.GVISOR:
         raise ApiError(422, "invalid_request", "egress is not available with isolation 'gvisor' yet (its proxy "
                                                "reaches the sandbox through a host socket, which a checkpoint cannot save)")

@@ -12,7 +12,14 @@
   known on the unix socket only) and is woken by the kernel when it exits: no heartbeat, no
   polling, no cost per cell. Agents' sandboxes are unaffected unless they ask.
 
-Both are kept in ``sandboxes/ID/caller.json`` (owned by the server, 0600), so that a
+- **Holder**: the live process (a notebook's kernel) that serves the sandbox now. A second
+  process's hold is refused while the holder lives, so that two kernels never share one
+  sandbox, whatever each believes from its own notebook records (two users' homes, a lost
+  record). A process holds one sandbox at a time: a new hold lets go of its previous one.
+  Kept in memory only: a holder is a live process of this server's time, and a kernel holds
+  again when it takes its sandbox back.
+
+Owners, scopes and links are kept in ``sandboxes/ID/caller.json`` (owned by the server, 0600), so that a
 restarted server knows the owners again and re-links each sandbox, or ends it at once if
 its process exited while the server was down. A pid alone could have been reused since: the
 process's start time is recorded with it.
@@ -64,6 +71,7 @@ class Tenancy:
         self.owners: dict[str, int | None] = {}
         self.scopes: dict[str, str] = {}
         self._watches: dict[str, int] = {}
+        self.holders: dict[str, Link] = {}
 
     def owner_of(self, sandbox_id: str) -> int | None:
         return self.owners.get(sandbox_id)
@@ -136,8 +144,22 @@ class Tenancy:
                 pass
             os.close(fd)
 
+    def hold(self, sandbox_id: str, pid: int) -> int | None:
+        """Make process `pid` the sandbox's holder (letting go of any other it held); the
+        pid of the live process that holds it already, if another (then nothing changes)."""
+        current = self.holders.get(sandbox_id)
+        if current is not None and current.pid != pid and current.alive():
+            return current.pid
+        link = Link.of(pid)
+        for other in [sid for sid, held in self.holders.items() if held.pid == pid]:
+            del self.holders[other]
+        if link is not None:
+            self.holders[sandbox_id] = link
+        return None
+
     def forget(self, sandbox_id: str) -> None:
         self.unwatch(sandbox_id)
+        self.holders.pop(sandbox_id, None)
         self.owners.pop(sandbox_id, None)
         self.scopes.pop(sandbox_id, None)
 

@@ -76,6 +76,16 @@ def from_config(config) -> "EgressService":
         plain_http_secret_hosts=frozenset(config.egress_insecure_plain_http_secret_hosts))
 
 
+
+def readonly_copy(source: str, dest: str) -> None:
+    """Copy `source` over `dest` (0444 afterwards), in place: a running sandbox's bind mount
+    holds dest's inode, so a server restart's reopen must write into that file, not replace
+    it. Made writable first: a non-root server may not write its own 0444 file (root could)."""
+    if os.path.exists(dest):
+        os.chmod(dest, 0o644)
+    shutil.copyfile(source, dest)
+    os.chmod(dest, 0o444)
+
 class EgressService:
     def __init__(self, state_root: str, *, hosts: dict[str, str] | None = None, upstream_ca: str = "",
                  own_addresses: set[tuple[str, int]] | None = None, pip_index: str = "",
@@ -137,8 +147,7 @@ class EgressService:
                          sandbox_uid=uid, owner=owner)
         # A copy the sandbox's uid can read (bwrap binds it as that uid; the CA's directory is 0700).
         bundle = os.path.join(socket_dir, "ca-bundle.pem")
-        shutil.copyfile(proxy.ca.bundle_path, bundle)
-        os.chmod(bundle, 0o444)
+        readonly_copy(proxy.ca.bundle_path, bundle)
         spec = {"socket_dir": socket_dir, "ca_bundle": bundle, "policy": policy.describe(),
                 "placeholders": placeholders, "packages": None, "owner": owner}
         env = {

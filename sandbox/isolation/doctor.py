@@ -78,6 +78,8 @@ def report(config=None) -> list[dict]:
     add("gvisor tier (runsc)", IN_FORCE if ok else WEAKER,
         why + (" (isolation \"gvisor\": gVisor's kernel between the code and the host's; pause/resume)" if ok
                else "; only the bwrap tier is available"))
+    if not ok and gvisor.discover() is not None:  # installed: what is missing is root, not a package
+        items[-1]["fix"] = f"runsc is installed; {AS_ROOT}"
     from . import disk
 
     ok, why = disk.available()

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import urllib.parse
 from dataclasses import dataclass
 from functools import lru_cache
@@ -118,8 +119,19 @@ def visible(request: Request) -> Handle:
 
 
 def described(request: Request, view: dict) -> dict:
-    """A sandbox's description with its scope label (None: made by an unscoped caller)."""
-    return {**view, "scope": manager_of(request).tenancy.scope_of(view["id"])}
+    """A sandbox's description with its scope label (None: made by an unscoped caller), and
+    on a shared (--multi-user) server its owner: root lists every user's sandboxes there and
+    must be able to tell whose each is."""
+    manager = manager_of(request)
+    view = {**view, "scope": manager.tenancy.scope_of(view["id"])}
+    if request.app.state.multi_user:
+        view["owner"] = owner_view(manager.owner_of(view["id"]))
+    return view
+
+
+def owner_view(uid: int | None) -> dict:
+    """An owner as the API shows it: the uid (None: the server's own user's) and its name."""
+    return {"uid": os.getuid() if uid is None else uid, "name": usage_store.owner_name(uid)}
 
 
 def labelled(request: Request, view: dict) -> dict:
@@ -325,6 +337,23 @@ async def get_save(request: Request):
 async def delete_save(request: Request):
     store = manager_of(request).saves
     return JSONResponse(await asyncio.to_thread(store.delete, caller_of(request).tenant, request.path_params["save_id"]))
+
+
+async def hold(request: Request):
+    """The calling process (a notebook's kernel) serves this sandbox now: refused with 409
+    in_use while another live process does (two kernels never share a sandbox). The caller is
+    known by its pid on the unix socket only."""
+    manager, peer = manager_of(request), caller_of(request).peer
+    handle = visible(request)
+    if peer is None:
+        raise ApiError(422, "invalid_request", "hold needs the server's unix socket, where the server knows the "
+                                               "calling process")
+    holder = manager.tenancy.hold(handle.id, peer.pid)
+    if holder is not None:
+        raise ApiError(409, "in_use", f"sandbox {handle.id} is in use by another live process (pid {holder}, "
+                                      "a kernel): two kernels never share a sandbox; shut that kernel down first",
+                       extra={"holder_pid": holder})
+    return JSONResponse({"id": handle.id, "holder_pid": peer.pid})
 
 
 async def interrupt(request: Request):
@@ -547,6 +576,10 @@ ENDPOINTS = (
                                                         params=[SAVE_ID], errors=(401, 404))),
     Endpoint("DELETE", "/v1/saves/{save_id}", delete_save, op("Delete a save", params=[SAVE_ID], errors=(401, 404))),
     Endpoint("POST", SID + "/interrupt", interrupt, op("Interrupt the running cell", params=[SANDBOX_ID])),
+    Endpoint("POST", SID + "/hold", hold, op(
+        "The calling process (a notebook's kernel) serves this sandbox now, letting go of any other it held; "
+        "409 in_use while another live process holds it. Unix socket only (the caller's pid): 422 over TCP",
+        params=[SANDBOX_ID], errors=(401, 404, 409, 410, 422))),
     Endpoint("POST", SID + "/pause", pause, op(
         "Pause a gvisor sandbox: checkpoint its live interpreter to disk and free its memory; the next call "
         "restores it. 409 with a reason (not_supported, busy, not_running, checkpoint_failed) when it cannot",

@@ -76,7 +76,10 @@ USAGE_RECORDS = {"type": "object", "properties": {"records": {"type": "array", "
 SANDBOX = {"type": "object", "required": ["id", "state"],
            "properties": {"id": {"type": "string"}, "state": {"type": "string"}, "usage": SANDBOX_USAGE,
                           "scope": {"type": ["string", "null"],
-                                    "description": "The scope of the caller that made it (Sandbox-Scope), or null."}}}
+                                    "description": "The scope of the caller that made it (Sandbox-Scope), or null."},
+                          "owner": {"type": "object", "properties": {"uid": {"type": "integer"},
+                                                                     "name": {"type": "string"}},
+                                    "description": "On a --multi-user server only: the user whose sandbox it is."}}}
 SECRET_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 128}}
 SECRET_VIEW = {"type": "object", "required": ["name", "hosts"],
                "properties": {"name": {"type": "string"}, "hosts": {"type": "array", "items": {"type": "string"}}},

@@ -38,7 +38,8 @@ def owner_of(sandbox_dir: str) -> str:
 class UsageJob:
     def __init__(self, supervisor: SupervisorCore, restoring: bool):
         self.supervisor = supervisor
-        self.meter = UsageMeter(supervisor.record, supervisor.host, restoring)
+        self.meter = UsageMeter(supervisor.record, supervisor.host, restoring,
+                                root_pid=lambda: supervisor.proc.pid if supervisor.proc is not None else None)
         self.store = usage_store.UsageStore(usage_store.path_in(state_root(supervisor.dir)))
         self.record_every = float(supervisor.spec.get("usage_record_seconds") or DEFAULT_RECORD_EVERY)
 

@@ -11,14 +11,20 @@ sandbox, the guest kernel's own work included.
 Counters only move forward across a pause: a restored sandbox has a new cgroup whose
 counters start at zero, so what the previous one counted is carried in ``*_base``.
 A warm sandbox is nobody's until it is claimed: its boot is not billed (``start_billing``).
+
+Without a cgroup (an ordinary user's server) the same figures come from the sandbox's
+process tree in /proc (``proctree.py``); ``measured_by`` says which ("cgroup", "processes"),
+or "not measured" while neither can be read: a reader shows that, never a 0 it never read.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import typing as t
 
 from ..common import statefile
+from .proctree import ProcessTreeUsage
 
 GIB = 1024 ** 3
 DISK_WALK_LIMIT = 20000  # files: a plain-directory workspace is measured by walking it
@@ -59,9 +65,11 @@ def disk_used(workspace: str) -> int:
 class UsageMeter:
     """Keeps ``record["usage"]`` up to date from ``host`` (the sandbox's HostResources)."""
 
-    def __init__(self, record: dict, host, restoring: bool = False):
+    def __init__(self, record: dict, host, restoring: bool = False,
+                 root_pid: t.Callable[[], int | None] = lambda: None):
         self.record = record
         self.host = host
+        self.root_pid = root_pid  # the sandbox's first process (bwrap), for the /proc fallback
         usage = record.get("usage") or {}
         self.usage = {name: usage.get(name, 0) for name in FIELDS}
         self.usage["sampled_at"] = usage.get("sampled_at")
@@ -72,10 +80,21 @@ class UsageMeter:
         if restoring and record.get("paused_at"):
             self.usage["paused_seconds"] += max(0.0, self.last - statefile.epoch(record["paused_at"]))
 
+    def source(self) -> tuple[t.Any, str]:
+        """What the figures are read from now: the cgroup, else the process tree, else None."""
+        if self.host.cgroup is not None:
+            return self.host.cgroup, "cgroup"
+        pid = self.root_pid()
+        if pid:
+            processes = ProcessTreeUsage(pid)
+            if processes.refresh():
+                return processes, "processes"
+        return None, "not measured"
+
     def start_billing(self) -> None:
         """A claimed warm sandbox: what it used while it waited in the pool is not its owner's."""
-        cgroup = self.host.cgroup
-        self.cpu_base = -(cgroup.cpu_seconds() if cgroup is not None else 0.0)
+        counters, _ = self.source()
+        self.cpu_base = -(counters.cpu_seconds() if counters is not None else 0.0)
         for name in ("executes", "commands", "alive_seconds", "memory_gib_hours", "disk_gib_hours"):
             self.usage[name] = 0
         self.usage["memory_peak_bytes"] = 0
@@ -93,12 +112,18 @@ class UsageMeter:
         now = time.time()
         elapsed = max(0.0, now - self.last)
         self.last = now
-        usage, cgroup = self.usage, self.host.cgroup
-        if cgroup is not None:
-            usage["cpu_seconds"] = round(self.cpu_base + cgroup.cpu_seconds(), 6)
-            usage["memory_bytes"] = cgroup.memory_working_set()
-            usage["memory_peak_bytes"] = max(int(usage["memory_peak_bytes"]), cgroup.memory_peak())
-            usage["processes"] = cgroup.processes()
+        usage = self.usage
+        counters, source = self.source()
+        if counters is not None or "measured_by" not in usage:  # an ended sandbox keeps what measured it
+            usage["measured_by"] = source
+        if counters is not None:
+            cpu = round(self.cpu_base + counters.cpu_seconds(), 6)
+            # a process tree's sum can step back (a parent gone with children uncounted)
+            usage["cpu_seconds"] = cpu if source == "cgroup" else max(float(usage["cpu_seconds"]), cpu)
+            usage["memory_bytes"] = counters.memory_working_set()
+            peak = counters.memory_peak() if source == "cgroup" else usage["memory_bytes"]
+            usage["memory_peak_bytes"] = max(int(usage["memory_peak_bytes"]), peak)
+            usage["processes"] = counters.processes()
         if with_disk:
             usage["disk_bytes"] = disk_used(self.host.workspace)
         hours = elapsed / 3600

@@ -100,6 +100,8 @@ class LiveCollector:
         for (state, tier), count in sorted(tally.items()):
             states.add_metric([state, tier], count)
         yield states
+        if manager.config.metrics_owner_label:
+            yield self.by_owner()
         pool = GaugeMetricFamily(f"{PREFIX}_pool_ready", "Warm sandboxes ready, by image", labels=["image"])
         target = GaugeMetricFamily(f"{PREFIX}_pool_target", "Warm sandboxes wanted, by image", labels=["image"])
         for image, status in sorted(manager.pool_status().items()):
@@ -114,3 +116,14 @@ class LiveCollector:
         for name, text in USAGE_COUNTERS.items():
             yield CounterMetricFamily(f"{PREFIX}_usage_{name}", text, totals[name])
         yield GaugeMetricFamily(f"{PREFIX}_usage_records", "Usage records kept", totals["records"])
+
+    def by_owner(self) -> GaugeMetricFamily:
+        """Live sandboxes (the warm pool's left out: nobody owns them yet) by their owner's
+        name, as the usage records name owners."""
+        family = GaugeMetricFamily(f"{PREFIX}_sandboxes_by_owner", "Sandboxes by owner (metrics_owner_label)",
+                                   labels=["owner"])
+        tally = Tally(usage_store.owner_name(self.manager.owner_of(sandbox_id))
+                      for sandbox_id, h in self.manager.live.items() if h.record.get("state") != V.POOLED)
+        for owner, count in sorted(tally.items()):
+            family.add_metric([owner], count)
+        return family

@@ -156,10 +156,27 @@ def test_a_kept_sandbox_that_ended_is_said_and_replaced(notebook, kernel_env):
 
 def test_the_operator_can_switch_keeping_off(notebook, kernel_env):
     km, kc = notebook(SANDBOX_KERNEL_KEEP_NOTEBOOK_SANDBOX="0")
+    first = run_cell(kc, "1")
+    assert "this notebook does not keep its sandbox" in first.stdout + first.stderr, first  # said, not only logged
     sid = sandbox_id(kc)
     shut_down(km, kc)
     wait_gone(kernel_env, sid, timeout=10)
     assert not (notebook.state / "notebooks").exists() or not list((notebook.state / "notebooks").glob("*.json"))
+
+
+def test_a_notebook_that_cannot_keep_its_sandbox_is_told_so(notebook, kernel_env):
+    """Its binding cannot be written (here `notebooks` is a file; on a shared host it was a
+    directory the user could not write): the first cell says so, and the sandbox goes with
+    the kernel, as said."""
+    notebook.state.mkdir()
+    (notebook.state / "notebooks").write_text("not a folder")
+    km, kc = notebook()
+    first = run_cell(kc, "1")
+    assert first.status == "ok" and "this notebook cannot keep its sandbox" in first.stdout + first.stderr, first
+    assert "is deleted when this kernel ends" in first.stdout + first.stderr
+    sid = sandbox_id(kc)
+    shut_down(km, kc)
+    wait_gone(kernel_env, sid, timeout=10)
 
 
 def test_sandbox_magics_new_attach_list(notebook, kernel_env):
@@ -225,3 +242,21 @@ def test_a_server_restart_between_kernels_keeps_the_state(notebook, sandbox_serv
     run = run_cell(kc, "kept", timeout=120)
     assert run.result_text() == "7" and sid in run.notes
 
+
+
+def test_the_server_refuses_a_sandbox_another_live_kernel_holds(start_kernel, sandbox_server, tmp_path):
+    """Two kernels never share a sandbox, even where no record of either tells (a console's
+    kernel keeps none; on a shared host each user's records are in their own home): over the
+    socket the server knows which live kernel holds each sandbox, and refuses another's
+    `%sandbox attach`. Once the holder ends, the sandbox is free."""
+    sock = f"unix:{sandbox_server.state_dir / 'server.sock'}"
+    km_a, kc_a = start_kernel(cwd=tmp_path, SANDBOX_KERNEL_URL=sock)
+    a = sandbox_id(kc_a)
+    km_b, kc_b = start_kernel(cwd=tmp_path, SANDBOX_KERNEL_URL=sock)
+    b = sandbox_id(kc_b)
+    run = run_cell(kc_b, f"%sandbox attach {a}")
+    assert run.status == "error", run.stdout
+    said = run.reply["content"]["evalue"]
+    assert "in use by another live process" in said and "two kernels never share" in said, said
+    assert sandbox_id(kc_b) == b
+    assert run_cell(kc_a, "x = 1").status == "ok"  # the holder's sandbox is untouched

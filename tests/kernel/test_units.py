@@ -232,6 +232,23 @@ def test_install_kernelspec_into_a_prefix(tmp_path: pathlib.Path):
         assert (path / f"logo-{size}x{size}.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_shared_hosts_kernelspecs_pin_the_server_and_turn_host_cells_off(tmp_path: pathlib.Path):
+    """`sandbox-kernel install --url … --no-host-cells`, as deploy/jupyterhub/setup.sh runs it."""
+    import subprocess
+    import sys
+
+    url = "unix:/var/lib/sandbox-kernel/server.sock"
+    r = subprocess.run([sys.executable, "-m", "sandbox", "install", "--prefix", str(tmp_path), "--url", url,
+                        "--no-host-cells"], capture_output=True, text=True, timeout=120,
+                       cwd=str(pathlib.Path(__file__).resolve().parents[2]))
+    assert r.returncode == 0, r.stderr
+    for name in ("sandbox", "sandbox-gvisor"):
+        spec = json.loads((tmp_path / "share/jupyter/kernels" / name / "kernel.json").read_text())
+        assert spec["env"] == {"SANDBOX_KERNEL_URL": url, "SANDBOX_KERNEL_HOST_CELLS": "0"}, spec
+    plain = json.loads((pathlib.Path(install_kernelspec(prefix=str(tmp_path / "plain"))) / "kernel.json").read_text())
+    assert "env" not in plain  # a user's own install pins nothing
+
+
 def test_shipped_kernelspec_matches_the_source_copy():
     root = pathlib.Path(__file__).resolve().parents[2]
     for name in ("kernel.json", "logo-32x32.png", "logo-64x64.png"):
@@ -290,6 +307,29 @@ def test_a_notebook_lease_is_held_once_and_goes_with_its_holder(tmp_path):
     assert second.acquire() is None, "free once its holder let go (a dead process's flock goes with it)"
     assert unbind_elsewhere(tmp_path, "sbx-1", None) == ["/nb/a.ipynb"] and second.read() is None
     assert (tmp_path / "notebooks").stat().st_mode & 0o777 == 0o700
+
+
+def test_bindings_of_a_server_whose_state_is_not_ours_go_to_our_own_state(tmp_path, monkeypatch):
+    """A shared host's system server keeps its state in root's directory: a user's bindings go
+    to the user's own state directory (XDG_DATA_HOME/sandbox-kernel), where the user can write."""
+    import os
+
+    from kernel.binding import NotebookLease, all_bindings
+
+    server_state, own = tmp_path / "system", tmp_path / "data"
+    server_state.mkdir()
+    monkeypatch.setenv("XDG_DATA_HOME", str(own))
+    ours = NotebookLease(server_state, "/nb/a.ipynb", "unix:/s.sock", "")
+    assert ours.dir == server_state / "notebooks"  # the server's state is ours (the embedded default)
+    if os.geteuid() != 0:
+        pytest.skip("giving the server's state directory to another uid needs root")
+    os.chown(server_state, 65534, 65534)
+    theirs = NotebookLease(server_state, "/nb/a.ipynb", "unix:/s.sock", "")
+    assert theirs.dir == own / "sandbox-kernel" / "notebooks"
+    assert theirs.acquire() is None
+    theirs.write("sbx-1", None)
+    assert [b.sandbox_id for b, _, _ in all_bindings(server_state)] == ["sbx-1"]
+    assert not (server_state / "notebooks").exists()
 
 
 def test_a_binding_that_is_not_ours_or_not_an_id_is_ignored(tmp_path):

@@ -22,11 +22,14 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import pwd
 import re
 import threading
 import secrets
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -137,8 +140,36 @@ def test_shared_server_ties_each_request_to_its_user(users, client_script, share
     again = call(alice, "POST", f"/v1/sandboxes/{sid}/execute", {"code": "secret"})
     assert again["body"][-1]["status"] == "ok" and "alice-41" in json.dumps(again["body"]), again
     with shared_server.client() as admin:
-        assert {s["id"] for s in admin.get("/v1/sandboxes").json()["sandboxes"]} == {sid, bobs["body"]["id"]}
+        listed = admin.get("/v1/sandboxes").json()["sandboxes"]
+        assert {s["id"]: s["owner"]["name"] for s in listed} == {sid: alice, bobs["body"]["id"]: bob}
+        assert {s["owner"]["uid"] for s in listed} == {pwd.getpwnam(alice).pw_uid, pwd.getpwnam(bob).pw_uid}
+        assert "sandboxes_by_owner" not in admin.get("/metrics").text  # unbounded labels only when asked
+    # Root's `ls` (over the socket: root sees all) names each sandbox's owner, and so does --json.
+    ls = subprocess.run([sys.executable, "-m", "sandbox", "ls", "--url", f"unix:{sock}"], capture_output=True,
+                        text=True, timeout=120, env=support.with_repo_on_path(dict(os.environ)))
+    assert ls.returncode == 0 and "OWNER" in ls.stdout.splitlines()[0], ls
+    rows = {line.split()[0]: line.split()[1] for line in ls.stdout.splitlines()[1:]}
+    assert rows == {sid: alice, bobs["body"]["id"]: bob}, ls.stdout
+    as_json = subprocess.run([sys.executable, "-m", "sandbox", "ls", "--json", "--url", f"unix:{sock}"],
+                             capture_output=True, text=True, timeout=120,
+                             env=support.with_repo_on_path(dict(os.environ)))
+    assert {s["id"]: s["owner"]["name"] for s in json.loads(as_json.stdout)} == {sid: alice, bobs["body"]["id"]: bob}
     assert call(alice, "DELETE", f"/v1/sandboxes/{sid}")["status"] == 200
+
+
+def test_metrics_name_owners_only_when_the_operator_asks(users, client_script, sandbox_server):
+    """metrics_owner_label: one series per owner on /metrics (the shared server above, without
+    the setting, has none)."""
+    state = support.make_state_dir("sbk-mu-", images_from=sandbox_server.state_dir)
+    server = support.Server(state, "--multi-user", "--pool-size", "0", "--set", "metrics_owner_label=true",
+                            token=secrets.token_hex(16))
+    with server:
+        made = as_user(users[0], client_script, state / "server.sock", "POST", "/v1/sandboxes", {"ttl_seconds": 600})
+        assert made["status"] == 201, made
+        with server.client() as admin:
+            text = admin.get("/metrics").text
+            admin.delete(f"/v1/sandboxes/{made['body']['id']}")
+    assert f'sandbox_kernel_sandboxes_by_owner{{owner="{users[0]}"}} 1.0' in text, text[-2000:]
 
 
 def test_a_per_user_socket_refuses_other_users(users, client_script, sandbox_server):
@@ -363,3 +394,107 @@ def test_another_user_sees_no_sandbox_id_in_ps_and_reads_no_log(users, client_sc
         control.wait()
         control_file.unlink()
         as_user(alice, client_script, shared_server.state_dir / "server.sock", "DELETE", f"/v1/sandboxes/{sid}")
+
+
+def done_of(answer: dict) -> dict:
+    """An execute's done event (one NDJSON line reads as one object, several as a list)."""
+    events = answer["body"] if isinstance(answer["body"], list) else [answer["body"]]
+    return events[-1]
+
+
+def start_users_server(user: str, user_venv: pathlib.Path, state: pathlib.Path) -> subprocess.Popen:
+    """`sandbox-kernel serve` as `user` on `state` (the user's own), up when its socket answers."""
+    home = os.path.expanduser(f"~{user}")
+    log = open(state / "server.log", "ab")
+    proc = subprocess.Popen([shutil.which("runuser"), "-u", user, "--", str(user_venv / "venv/bin/sandbox-kernel"),
+                             "serve", "--state-dir", str(state), "--pool-size", "0"], stdout=log, stderr=log,
+                            stdin=subprocess.DEVNULL, cwd="/", env={"PATH": "/usr/bin:/bin", "HOME": home})
+    log.close()
+    assert support.wait_for(lambda: _answers(state / "server.sock") or proc.poll() is not None, 120), "no socket"
+    assert proc.poll() is None, (state / "server.log").read_text(errors="replace")[-3000:]
+    return proc
+
+
+def _answers(sock: pathlib.Path) -> bool:
+    """Whether a server listens on `sock` (root may connect to any user's socket)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(sock))
+        except OSError:
+            return False
+    return True
+
+
+def test_an_ordinary_users_server_measures_usage_and_restarts_with_egress(users, user_venv, client_script,
+                                                                          sandbox_server):
+    """As an ordinary user (no root, no cgroup): a sandbox's CPU and memory are measured (from
+    its processes in /proc), not 0; the server restarts while a sandbox with an egress policy
+    lives (its CA bundle, 0444, is written again: root could, the user could not); a gVisor
+    sandbox is refused naming the kernel that runs here."""
+    user = users[0]
+    home = pathlib.Path(os.path.expanduser(f"~{user}"))
+    state = home / "own-state"
+    dest = state / "images/default"
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(sandbox_server.state_dir / "images/default/image.json", dest / "image.json")
+    subprocess.run(["chown", "-R", f"{user}:", str(state)], check=True)
+    sock = state / "server.sock"
+    server = start_users_server(user, user_venv, state)
+    try:
+        made = as_user(user, client_script, sock, "POST", "/v1/sandboxes",
+                       {"ttl_seconds": 600, "egress": {"allow": ["example.invalid"]}})
+        assert made["status"] == 201, made
+        sid = made["body"]["id"]
+        ran = as_user(user, client_script, sock, "POST", f"/v1/sandboxes/{sid}/execute",
+                      {"code": "block = b'\\x01' * (96 * 2**20)  # written: resident\nx = sum(range(3 * 10**7))"})
+        assert done_of(ran)["status"] == "ok", ran
+        assert support.wait_for(lambda: as_user(user, client_script, sock, "GET", f"/v1/sandboxes/{sid}")["body"]
+                                ["usage"].get("measured_by") == "processes", 30)
+        usage = as_user(user, client_script, sock, "GET", f"/v1/sandboxes/{sid}")["body"]["usage"]
+        assert usage["memory_bytes"] >= 96 * 2**20 and usage["memory_peak_bytes"] >= usage["memory_bytes"], usage
+        assert usage["cpu_seconds"] > 0.1 and usage["processes"] >= 1, usage
+
+        server.send_signal(signal.SIGTERM)  # runuser passes it on, and ends by it
+        server.wait(60)
+        assert support.wait_for(lambda: not _answers(sock), 60), "the server still answers after SIGTERM"
+        server = start_users_server(user, user_venv, state)
+        again = as_user(user, client_script, sock, "POST", f"/v1/sandboxes/{sid}/execute", {"code": "print(len(block))"})
+        assert done_of(again)["status"] == "ok" and str(96 * 2**20) in json.dumps(again["body"]), \
+            (again, (state / "server.log").read_text(errors="replace")[-3000:])
+        assert "PermissionError" not in (state / "server.log").read_text(errors="replace")
+        # The gVisor tier cannot run for this user: the refusal names the kernel to use instead.
+        refused = as_user(user, client_script, sock, "POST", "/v1/sandboxes", {"isolation": "gvisor"})
+        assert refused["status"] == 422, refused
+        assert 'the kernel "Python (sandbox)"' in refused["body"]["error"]["message"], refused
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            server.wait(60)
+        support.sweep(state)
+
+
+def test_doctor_names_root_as_what_the_gvisor_tier_lacks(users, user_venv):
+    """An ordinary user with runsc installed: doctor says to run the server as root, not to
+    install runsc. Where runsc is not installed here, a stand-in that answers --version as
+    runsc does is put first on PATH (the package is the boundary; what is tested is doctor)."""
+    user = users[1]
+    path = "/usr/bin:/bin"
+    bindir = pathlib.Path(tempfile.mkdtemp(prefix="sbk-runsc-", dir="/tmp"))
+    try:
+        if shutil.which("runsc") is None:
+            bindir.chmod(0o755)
+            stand_in = bindir / "runsc"
+            stand_in.write_text("#!/bin/sh\necho 'runsc version release-20260101.0'\n")
+            stand_in.chmod(0o755)
+            path = f"{bindir}:{path}"
+        r = subprocess.run([shutil.which("runuser"), "-u", user, "--", str(user_venv / "venv/bin/sandbox-kernel"),
+                            "doctor", "--json"], capture_output=True, text=True, timeout=120, cwd="/",
+                           env={"PATH": path, "HOME": os.path.expanduser(f"~{user}")})
+    finally:
+        shutil.rmtree(bindir, ignore_errors=True)
+    items = {i["name"]: i for i in json.loads(r.stdout)}
+    tier = items["gvisor tier (runsc)"]
+    assert "root" in tier["detail"] and "apt-get install runsc" not in tier.get("fix", ""), tier
+    assert tier["fix"].startswith("runsc is installed; run the server as root"), tier
