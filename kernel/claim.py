@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pathlib
 import time
 import typing as t
 import uuid
@@ -317,12 +318,7 @@ class SandboxClaim:
         if sandbox_id == self.sandbox_id:
             raise CellFailure("UsageError", f"%sandbox attach: {sandbox_id} is this kernel's sandbox already")
         own = self.keeper.lease.path if self.keeper.lease is not None else None
-        holder = binding.holder_of(config.state_dir, sandbox_id, own)
-        if holder is not None:
-            raise CellFailure("SandboxInUse", f"%sandbox attach: {sandbox_id} is in use by the kernel of {holder}; "
-                              "shut that kernel down first (two kernels never share a sandbox)")
-        if not binding.SANDBOX_ID.match(sandbox_id):
-            raise CellFailure("UsageError", f"%sandbox attach: {sandbox_id!r} is not a sandbox id (%sandbox list shows them)")
+        _check_attachable(config, sandbox_id, own)
         try:
             sbx = await AsyncSandbox.connect(sandbox_id, config=config)
         except (SandboxGone, SandboxNotFound) as exc:  # about that id, not about this kernel's sandbox
@@ -352,3 +348,14 @@ class SandboxClaim:
             self.log.debug("could not delete gone sandbox %s: %s", sbx.id, exc)
         finally:
             await sbx.close()
+
+
+def _check_attachable(config: ServerConfig, sandbox_id: str, own: pathlib.Path | None) -> None:
+    """`%sandbox attach`'s checks before it asks the server: no other notebook of this state
+    directory holds the id (the server then checks every live kernel), and it is an id at all."""
+    holder = binding.holder_of(config.state_dir, sandbox_id, own)
+    if holder is not None:
+        raise CellFailure("SandboxInUse", f"%sandbox attach: {sandbox_id} is in use by the kernel of {holder}; "
+                          "shut that kernel down first (two kernels never share a sandbox)")
+    if not binding.SANDBOX_ID.match(sandbox_id):
+        raise CellFailure("UsageError", f"%sandbox attach: {sandbox_id!r} is not a sandbox id (%sandbox list shows them)")
