@@ -249,7 +249,9 @@ def test_interrupt_stops_the_cell_and_keeps_state(kernel):
     elapsed = time.monotonic() - began
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == "KeyboardInterrupt"
-    assert elapsed < 2.0, f"interrupt took {elapsed:.1f} s"
+    # The cell sleeps 60 s: a reply well before that is the interrupt's, not the cell ending on its own
+    # (how fast an interrupt lands is bench's to measure; a loaded host took 2-8 s here).
+    assert elapsed < 30, f"interrupt took {elapsed:.1f} s"
     assert run_cell(kc, "x").result_text() == "1"
 
 
