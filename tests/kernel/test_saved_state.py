@@ -28,13 +28,13 @@ def test_the_next_kernel_brings_back_what_the_ended_sandbox_held(notebook, kerne
     run = run_cell(kc, "int(frame['a'].sum()), square(7), 'notes' in dir()")
     assert run.status == "ok", run.errors
     assert run.result_text() == "(499500, 49, False)"
-    note = run.stderr
+    note = run.notes
     assert f"the sandbox of this notebook ({sid}) ended" in note
     assert re.search(r"restored this notebook's variables saved \d+s ago \(sv-[0-9a-f]{16}\): frame \(pandas\.[\w.]*"
                      r"DataFrame\), square \(function\)", note), note
     assert "imported again: pd" in note
     assert "not restored: notes (_io.TextIOWrapper: an open file" in note
-    assert run_cell(kc, "1").stderr == "", "said once, on the first cell"
+    assert run_cell(kc, "1").notes == "", "said once, on the first cell"
 
 
 def test_sandbox_save_restore_and_forget(notebook):  # noqa: F811
@@ -69,4 +69,4 @@ def test_a_save_that_failed_before_the_sandbox_ended_is_said(notebook, kernel_en
     run = run_cell(kc, "v", stop_on_error=False)
     assert run.reply["content"]["ename"] == "NameError"
     assert "this notebook's variables could not be saved before its sandbox ended: the save was refused " \
-           "(nothing else was touched): planted refusal" in run.stderr, run.stderr
+           "(nothing else was touched): planted refusal" in run.notes, run.notes
