@@ -35,9 +35,12 @@ class Runner:
         km.start_kernel(cwd=str(cwd), env=full_env)
         kc = km.client()
         kc.start_channels()
+        fe = Frontend(km, kc)
         if wait:
             kc.wait_for_ready(timeout=120)
-        return Frontend(km, kc)
+        else:
+            fe.subscribed(timeout=120)  # requests then go out before kernel_info, not before IOPub has us
+        return fe
 
     def run(self, which: str, scenario: str, **env: str) -> dict[str, t.Any]:
         """The scenario on a fresh kernel: {request label: Observed}, in order (cached)."""

@@ -33,6 +33,14 @@ def _framed(active: str) -> t.Callable[[Observed, Observed], bool]:
     return holds
 
 
+def _framed_beside(source: str) -> t.Callable[[Observed, Observed], bool]:
+    """ipykernel's bundle with a framed `text/html` added, `source` kept for exports."""
+    def holds(ipy: Observed, sbx: Observed) -> bool:
+        return source in _mimes(ipy) and "text/html" not in _mimes(ipy) \
+            and _mimes(sbx) == tuple(sorted(_mimes(ipy) + ("text/html",)))
+    return holds
+
+
 def _without_progress(observed: Observed) -> tuple[t.Any, ...]:
     """The shape with the startup progress and the clear_output that ends it taken out."""
     kept, dropping = [], False
@@ -101,9 +109,11 @@ DIFFERENCES = (
         _framed("text/markdown"), PASSTHROUGH),
     Difference(
         "LaTeX in a frame", "displays", "display(Math(r'x^2'))",
-        "`text/latex`", "`text/html`: MathML in a sandboxed frame",
-        "MathJax in the page acts on what the sandbox wrote (kernel/mathml.py)",
-        _framed("text/latex"), PASSTHROUGH),
+        "`text/latex`", "`text/html`: MathML in a sandboxed frame, with `text/latex` kept beside it",
+        "MathJax in the page acts on what the sandbox wrote (kernel/mathml.py); JupyterLab shows `text/html` "
+        "first whenever a bundle has it, so the page never typesets the source, which stays for nbconvert's "
+        "LaTeX and PDF exports (kernel/output_policy.py)",
+        _framed_beside("text/latex"), PASSTHROUGH),
     Difference(
         "JavaScript in a frame", "displays", "display(Javascript('1'))",
         "`application/javascript`", "`text/html`: the script in a sandboxed frame",

@@ -181,8 +181,9 @@ class Frontend:
                     ("stdin", self.kc.get_stdin_msg), ("control", self.kc.get_control_msg))
         while not until():
             if time.monotonic() > deadline:
-                pending = [self.requests[m].label for m in self.order if not self.requests[m].done]
-                raise TimeoutError(f"still waiting for {pending}")
+                pending = [f"{o.label} (reply: {o.reply is not None}, idle: {o.idle})"
+                           for o in (self.requests[m] for m in self.order) if not o.done]
+                raise TimeoutError(f"still waiting for {pending}; {len(self.stray)} messages of no request")
             got = False
             for name, get in channels:
                 try:
@@ -193,6 +194,25 @@ class Frontend:
                 self._take(msg, name)
             if not got:
                 time.sleep(0.01)
+
+    def subscribed(self, timeout: float = 120.0) -> None:
+        """Until the kernel's IOPub has this client's subscription (its `iopub_welcome`), as
+        Jupyter Server waits for IOPub before it forwards a page's request: a PUB socket
+        drops what it publishes before a subscriber has joined, and when that is depends on
+        how loaded the host is. Nothing else is waited for (no kernel_info: requests sent
+        now still come before the kernel said it was ready, while its sandbox is claimed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the kernel's IOPub never welcomed this client")
+            try:
+                msg = self.kc.get_iopub_msg(timeout=min(remaining, 1.0))
+            except Empty:
+                continue
+            if msg["msg_type"] == "iopub_welcome":
+                return
+            self._take(msg, "iopub")
 
     def settle(self, timeout: float = 90.0) -> None:
         """Until every request so far has its reply and its idle."""
