@@ -63,6 +63,12 @@ def _config_from(args):
 
 def cmd_serve(args) -> int:
     config = _config_from(args)
+    from ..service.refusal import config_refusal
+
+    refusal = config_refusal(config)  # before the plan: a server that refuses builds nothing
+    if refusal:
+        print(refusal, file=sys.stderr, flush=True)
+        return 2
     _say_build_plan(config)
     from ..service.server import serve  # seconds of imports on a busy host: after the plan
 

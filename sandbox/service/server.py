@@ -24,14 +24,15 @@ import sys
 import uvicorn
 
 from ..core import descriptors
-from ..isolation import doctor, testonly
+from ..isolation import doctor
 from . import housekeeping
 from ..common import statefile
 from .api import build_app
 from .auth import with_peer_credentials
 from ..core.config import ServiceConfig
-from .endpoint import EndpointError, is_loopback, unix
+from .endpoint import EndpointError, unix
 from .idle import Activity, stop_when_idle
+from .refusal import config_refusal
 from ..core.manager import SandboxManager
 from ..common.paths import StateDir, world_reachable
 from ..images.progress import BuildProgress
@@ -123,27 +124,6 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
-def _refusal(config: ServiceConfig) -> str | None:
-    """Why this configuration must not start, before anything is touched."""
-    tcp = config.tcp
-    if tcp is not None and not is_loopback(tcp[0]) and not config.token:
-        return (f"refusing to listen on {tcp[0]}: a non-loopback address needs an explicit token "
-                "(set SANDBOX_KERNEL_TOKEN or --token)")
-    if config.metrics_port and tcp is not None and config.metrics_port == tcp[1]:
-        return (f"refusing to start: metrics_port {config.metrics_port} is the API's port; /metrics is open on "
-                "metrics_port, so it must be a port of its own")
-    conflicts = config.defaults_over_maxima()
-    if conflicts:
-        return "refusing to start: a default limit is over its maximum: " + "; ".join(conflicts)
-    refusal = testonly.refusal(config)
-    if refusal:
-        return refusal
-    if config.multi_user and os.geteuid() != 0:
-        return ("refusing --multi-user as a non-root user: a shared server runs as root, so that each sandbox "
-                "gets a uid of its own and cgroup limits; run it from the systemd unit in README")
-    return None
-
-
 def _protections(config: ServiceConfig, out) -> list[dict] | None:
     """The doctor's report, or None (after saying why) when a missing protection stops us."""
     items = doctor.report(config)
@@ -214,7 +194,7 @@ def serve(config: ServiceConfig, log_level: str = "info") -> int:
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    refusal = _refusal(config)
+    refusal = config_refusal(config)
     if refusal:
         out(refusal)
         return 2

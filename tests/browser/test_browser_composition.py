@@ -162,19 +162,29 @@ def probe(page: t.Any, lab: t.Any, counter: HitCounter, run: str, kernel: str, s
 
 
 def run_all_cells(page: t.Any, nb: t.Any, n_cells: int) -> None:
-    """Run All. The last cell's count is the sign that every cell ran (they run in order):
-    an earlier prompt may stay at ``[*]`` after its cell ran (the control's page, which the
-    probes' scripts own with the rules off; and, on this loaded machine, once the WebRTC
-    cell's with the rules on)."""
+    """Run All. The last cell's `done` (or its count) is the sign that every cell ran (they
+    run in order): a prompt may stay at ``[*]`` after its cell ran, the last one's too (the
+    control's page, which the probes' scripts own with the rules off, kept cell 3's and
+    cell 7's at ``[*]`` with cells 4-6 counted and the kernel idle; and, on
+    this loaded machine, once the WebRTC cell's with the rules on)."""
     page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
     page.locator(".lm-Menu-item").filter(
         has=page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^\s*Run All Cells\s*$"))
     ).first.click()
     before = nb.prompt(n_cells - 1)
+    last_output = nb.cells.nth(n_cells - 1).locator(".jp-Cell-outputArea")
+
+    def last_cell_ran() -> bool:
+        prompt = nb.prompt(n_cells - 1)
+        counted = re.fullmatch(r"\[\d+\]:", prompt) is not None and prompt != before
+        return counted or any(text.strip() == "done" for text in last_output.all_inner_texts())
+
     deadline = time.monotonic() + CELL_MS / 1000 * 4
-    while not (re.fullmatch(r"\[\d+\]:", nb.prompt(n_cells - 1)) and nb.prompt(n_cells - 1) != before):
+    while not last_cell_ran():
         assert time.monotonic() < deadline, f"Run All did not reach the last cell: {nb.prompt(n_cells - 1)}"
         page.wait_for_timeout(500)
+    print(f"Run All reached the last cell: its prompt {nb.prompt(n_cells - 1)}, its output "
+          f"{[text.strip() for text in last_output.all_inner_texts()]}", flush=True)
     wait_idle(page)
 
 

@@ -170,8 +170,8 @@ def start_lab(server: support.Server, workdir: pathlib.Path, extra_env: dict[str
     root = workdir / "notebooks"
     (root / "data").mkdir(parents=True)
     shutil.copy(REPO / "notebooks" / "data" / "campaign_weeks.csv", root / "data" / "campaign_weeks.csv")
-    for name in ("config", "runtime", "settings", "workspaces"):
-        (workdir / name).mkdir()
+    for folder in ("config", "runtime", "settings", "workspaces"):  # not `name`: the log's name below
+        (workdir / folder).mkdir()
     _user_settings(workdir / "settings")
 
     env = support.with_repo_on_path(dict(os.environ))

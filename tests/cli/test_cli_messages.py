@@ -35,8 +35,10 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # root's interpreter may sit where a test us
 NEXT_STEP = re.compile(r"sandbox-kernel \w|--[a-z]|SANDBOX_KERNEL_\w|pip install|run as|\bgive\b|\buse\b|\bstart\b")
 
 # (the command as typed after `sandbox-kernel`, its exit status). STATE is a fresh state
-# directory where no server runs.
+# directory where no server runs (the first two run before any other makes it).
 WITHOUT_A_SERVER = [
+    ("stop --state-dir STATE", 0),
+    ("purge --state-dir STATE", 0),
     ("ls --state-dir STATE", 1),
     ("ls --url http://127.0.0.1:9", 1),
     ("ls --url ftp://example.org", 1),
