@@ -26,6 +26,9 @@ STARTUP_PROGRESS = "sandbox-startup-"
 
 # Messages without a reply of their own (comm messages from the page): done at their idle.
 NO_REPLY = {"comm_open", "comm_msg", "comm_close"}
+# A shutdown's status messages race the kernel's exit (its IOPub socket closes with the process,
+# for ipykernel as for this kernel): done at its reply, compared without its statuses.
+LAST_WORDS = {"shutdown_request"}
 
 
 def bundle_keys(content: dict[str, t.Any]) -> tuple[str, ...]:
@@ -106,10 +109,13 @@ class Observed:
 
     @property
     def done(self) -> bool:
+        if self.msg_type in LAST_WORDS:
+            return self.reply is not None
         return self.idle and (self.reply is not None or self.msg_type in NO_REPLY)
 
     def shape(self) -> tuple[Shape | None, tuple[Shape, ...], tuple[str, ...]]:
-        return self.reply, tuple(merge_streams(self.iopub)), tuple(self.input_prompts)
+        iopub = [s for s in self.iopub if not (self.msg_type in LAST_WORDS and s[0] == "status")]
+        return self.reply, tuple(merge_streams(iopub)), tuple(self.input_prompts)
 
 
 class Frontend:
