@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import pathlib
 import re
 import signal
 import threading
@@ -624,9 +625,34 @@ def test_magic_lines_then_code_in_one_cell_keep_line_numbers(kc):
 # --------------------------------------------------------------------------- notebooks
 
 
+def execute_notebook(nb: t.Any, folder: pathlib.Path) -> None:
+    """nbclient's run of `nb` with kernel "sandbox" in `folder`, the kernel's stderr kept.
+
+    A kernel that dies before its kernel_info reply fails with its own last words in the
+    message; one whose port was taken between jupyter_client's choice and the kernel's
+    bind (ZMQ's "Address already in use": another process on this loaded host took the
+    port jupyter_client had just found free) is started once more, as that race is
+    jupyter_client's, not the kernel's.
+    """
+    from nbclient import NotebookClient
+
+    for attempt in (1, 2):
+        log = folder / f"kernel-stderr-{attempt}.txt"
+        with open(log, "wb") as stderr:
+            try:
+                NotebookClient(nb, kernel_name="sandbox", timeout=120,
+                               resources={"metadata": {"path": str(folder)}}).execute(stderr=stderr)
+                return
+            except RuntimeError as e:
+                if "Kernel died" not in str(e):
+                    raise
+                said = log.read_text(errors="replace")
+        if attempt == 2 or "Address already in use" not in said:
+            raise AssertionError(f"the kernel died at start; its stderr:\n{said[-4000:]}")
+
+
 def test_nbclient_runs_a_notebook(kernel_env, tmp_path):
     import nbformat
-    from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [
@@ -634,7 +660,7 @@ def test_nbclient_runs_a_notebook(kernel_env, tmp_path):
         nbformat.v4.new_code_cell("print('value is', value)"),
         nbformat.v4.new_code_cell("from IPython.display import HTML\nHTML('<i>ok</i>')"),
     ]
-    NotebookClient(nb, kernel_name="sandbox", timeout=120, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute_notebook(nb, tmp_path)
     assert nb.cells[0].outputs[0]["data"]["text/plain"] == "4.0"
     assert "".join(o.get("text", "") for o in nb.cells[1].outputs) == "value is 4.0\n"
     # HTML from the sandbox reaches the notebook only inside a frame with an opaque origin,
@@ -647,15 +673,12 @@ def test_nbclient_runs_a_notebook(kernel_env, tmp_path):
 
 def test_nbclient_stops_at_a_failing_cell(kernel_env, tmp_path):
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("1/0"), nbformat.v4.new_code_cell("print('never')")]
     with pytest.raises(CellExecutionError, match="ZeroDivisionError"):
-        NotebookClient(
-            nb, kernel_name="sandbox", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
-        ).execute()
+        execute_notebook(nb, tmp_path)
     assert nb.cells[1].outputs == []
 
 
