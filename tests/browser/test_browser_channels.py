@@ -231,10 +231,7 @@ def run_all(page: t.Any, nb: Notebook, n_cells: int, required: int | None = None
     hostile widgets own with the rules off, once stopped queueing after the probes)."""
     required = n_cells if required is None else required
     before = [nb.prompt(i) for i in range(n_cells)]
-    page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
-    page.locator(".lm-Menu-item").filter(
-        has=page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^\s*Run All Cells\s*$"))
-    ).first.click()
+    nb.click_run_all()
     deadline = time.monotonic() + CELL_MS / 1000 * 4  # 13 cells on a loaded 2-core machine
     # Cells run in order: the probes have all run when one of the last two cells has a new
     # count and no earlier one is still queued. (On this loaded machine JupyterLab was seen

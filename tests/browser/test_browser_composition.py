@@ -167,10 +167,7 @@ def run_all_cells(page: t.Any, nb: t.Any, n_cells: int) -> None:
     control's page, which the probes' scripts own with the rules off, kept cell 3's and
     cell 7's at ``[*]`` with cells 4-6 counted and the kernel idle; and, on
     this loaded machine, once the WebRTC cell's with the rules on)."""
-    page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
-    page.locator(".lm-Menu-item").filter(
-        has=page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^\s*Run All Cells\s*$"))
-    ).first.click()
+    nb.click_run_all()
     before = nb.prompt(n_cells - 1)
     last_output = nb.cells.nth(n_cells - 1).locator(".jp-Cell-outputArea")
 

@@ -358,6 +358,14 @@ class Notebook:
         self.wait_done(index, timeout_ms)
         return self.output_text(index)
 
+    def click_run_all(self) -> None:
+        """Run → Run All Cells, from the menu bar (what a user clicks; JupyterLab then sends
+        every cell with `stop_on_error`)."""
+        self.page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
+        self.page.locator(".lm-Menu-item").filter(
+            has=self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^\s*Run All Cells\s*$"))
+        ).first.click()
+
 
 def sandboxes_of(api: httpx.Client, kernel_pids: set[int]) -> dict[str, dict]:
     listing = api.get("/v1/sandboxes").json()["sandboxes"]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import re
 import typing as t
 
 import httpx
@@ -144,17 +143,20 @@ def test_sandbox_outputs_cannot_touch_the_page(sandbox_server: support.Server) -
         run_payloads(page, lab, len(cells), expect)
 
 
-def run_payloads(page: t.Any, lab: t.Any, n_cells: int, expect: t.Any) -> None:
-    page.goto(f"{lab.base}/lab/tree/{NOTEBOOK}?token={lab.token}", wait_until="domcontentloaded")
+def open_in_lab(page: t.Any, lab: t.Any, name: str) -> Notebook:
+    """Open notebook `name` by its URL and wait until its kernel is idle."""
+    page.goto(f"{lab.base}/lab/tree/{name}?token={lab.token}", wait_until="domcontentloaded")
     nb = Notebook(page)
     nb.panel.wait_for(state="visible", timeout=120_000)
     accept_kernel_dialog(page)
     nb.wait_status("idle", KERNEL_START_MS)
+    return nb
+
+
+def run_payloads(page: t.Any, lab: t.Any, n_cells: int, expect: t.Any) -> None:
+    nb = open_in_lab(page, lab, NOTEBOOK)
     # Run → Run All Cells.
-    page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
-    page.locator(".lm-Menu-item").filter(
-        has=page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^\s*Run All Cells\s*$"))
-    ).first.click()
+    nb.click_run_all()
     for index in range(n_cells):
         nb.wait_done(index, CELL_MS)
     nb.wait_status("idle", CELL_MS)

@@ -9,13 +9,12 @@ control is the same notebook without the error: the file appears and every cell 
 from __future__ import annotations
 
 import json
-import re
 import typing as t
 
 import support
-from test_browser_jupyterlab import CELL_MS, KERNEL_START_MS, Notebook, lab_page
+from test_browser_jupyterlab import CELL_MS, Notebook, lab_page
 from test_browser_jupyterlab import pytestmark  # noqa: F401  (slow, timeout, skip without a browser)
-from test_browser_output_isolation import accept_kernel_dialog
+from test_browser_output_isolation import open_in_lab
 
 MARKER = "cell-3-ran"
 
@@ -35,15 +34,8 @@ def notebook(failing: bool) -> dict[str, t.Any]:
 
 
 def run_all(page: t.Any, lab: t.Any, name: str) -> Notebook:
-    page.goto(f"{lab.base}/lab/tree/{name}?token={lab.token}", wait_until="domcontentloaded")
-    nb = Notebook(page)
-    nb.panel.wait_for(state="visible", timeout=120_000)
-    accept_kernel_dialog(page)
-    nb.wait_status("idle", KERNEL_START_MS)
-    page.locator(".lm-MenuBar-item").filter(has_text="Run").first.click()
-    page.locator(".lm-Menu-item").filter(
-        has=page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^\s*Run All Cells\s*$"))
-    ).first.click()
+    nb = open_in_lab(page, lab, name)
+    nb.click_run_all()
     nb.wait_done(1, CELL_MS)  # the second cell, failing or not, ends with its count
     nb.wait_status("idle", CELL_MS)
     page.wait_for_timeout(2_000)  # what the kernel would still run comes now, if anything
