@@ -123,6 +123,25 @@ def test_a_tampered_blob_is_refused_and_nothing_is_imported(stores, blob):
     assert_nothing_imported(dest)
 
 
+def test_a_blob_swapped_for_another_valid_one_is_refused(stores, tmp_path):
+    """The layer replaced by another image's, a well-formed gzip tar that unpacks cleanly:
+    only the digest tells them apart. Control: that other layout imports as itself."""
+    source, dest, layout = stores
+    oci.export_layout(source, NAME, str(layout))
+    other_store = make_store(tmp_path / "node-x")
+    stand_in_image(other_store)
+    pathlib.Path(other_store.path(NAME), "venv", "lib", "marker.py").write_text("VALUE = 'swapped'\n")
+    other = tmp_path / "other"
+    oci.export_layout(other_store, NAME, str(other))
+    swapped = (other / "blobs" / "sha256" / _manifest(other)["layers"][0]["digest"].split(":")[1]).read_bytes()
+    (layout / "blobs" / "sha256" / _manifest(layout)["layers"][0]["digest"].split(":")[1]).write_bytes(swapped)
+    with pytest.raises(oci.OciError, match="does not match its digest"):
+        oci.import_layout(dest, str(layout))
+    assert_nothing_imported(dest)
+    oci.import_layout(dest, str(other))
+    assert pathlib.Path(dest.path(NAME), "venv", "lib", "marker.py").read_text() == "VALUE = 'swapped'\n"
+
+
 def test_a_layout_other_than_the_digest_asked_for_is_refused(stores):
     source, dest, layout = stores
     oci.export_layout(source, NAME, str(layout))
