@@ -41,6 +41,10 @@ REF_NAME = "org.opencontainers.image.ref.name"
 LABEL = "io.sandbox-kernel.image"  # the labels' and annotations' prefix: .name, .hash, .images-dir
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 CHUNK = 1 << 20
+# gzip's fastest level: the default image is ~800 MiB of tree (its venv and the venv's ext4
+# pack) and level 9 took minutes of one core on a loaded host; registries sit on fast
+# networks, where a smaller layer would not win that time back.
+COMPRESS_LEVEL = 1
 
 
 class OciError(ImageError):
@@ -113,7 +117,7 @@ def export_layout(store: ImageStore, name: str, layout: str, tag: str = "latest"
     staging = os.path.join(layout, "blobs", f".layer-{secrets.token_hex(4)}")
     with open(staging, "wb") as raw:
         packed = _Hashing(raw)
-        with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0) as zipped:
+        with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0, compresslevel=COMPRESS_LEVEL) as zipped:
             plain = _Hashing(zipped)
             with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as archive:
                 _tar_tree(store.path(name), archive)
@@ -229,10 +233,12 @@ def _relocate(document: t.Any, old: str, new: str) -> t.Any:
     return document
 
 
-def import_layout(store: ImageStore, layout: str, tag: str | None = None, digest: str | None = None) -> tuple[dict, str]:
+def import_layout(store: ImageStore, layout: str, tag: str | None = None, digest: str | None = None,
+                  name: str | None = None) -> tuple[dict, str]:
     """Take the image of an OCI layout into the store, every blob verified (``digest``: the
-    manifest must be that one); (its image.json, the manifest's digest). An image of the
-    same name and recipe already here is kept as it is; another recipe is refused."""
+    manifest must be that one; ``name``: the image must be that one); (its image.json, the
+    manifest's digest). An image of the same name and recipe already here is kept as it is;
+    another recipe is refused."""
     if digest and not DIGEST_RE.match(digest):
         raise OciError(f"{digest!r} is not a sha256 digest (sha256: and 64 hex digits)")
     descriptor = _manifest_descriptor(layout, tag, digest)
@@ -240,9 +246,12 @@ def import_layout(store: ImageStore, layout: str, tag: str | None = None, digest
     config_descriptor, layers = manifest.get("config") or {}, manifest.get("layers") or []
     config = _json_blob(layout, config_descriptor, "config")
     labels = (config.get("config") or {}).get("Labels") or {}
-    name, source_dir = labels.get(f"{LABEL}.name", ""), labels.get(f"{LABEL}.images-dir", "")
-    if not NAME_RE.match(name) or not source_dir or len(layers) != 1 or layers[0].get("mediaType") != LAYER:
+    found, source_dir = labels.get(f"{LABEL}.name", ""), labels.get(f"{LABEL}.images-dir", "")
+    if not NAME_RE.match(found) or not source_dir or len(layers) != 1 or layers[0].get("mediaType") != LAYER:
         raise OciError("the layout is not an image of this project (one gzip layer, labelled with the image's name)")
+    if name and found != name:
+        raise OciError(f"the layout holds image {found!r}, not {name!r}; nothing was imported")
+    name = found
     diff_ids = (config.get("rootfs") or {}).get("diff_ids") or [None]
     layer_path = _verified(layout, layers[0], "layer")
     existing = store.get(name)
@@ -256,8 +265,11 @@ def import_layout(store: ImageStore, layout: str, tag: str | None = None, digest
         missing = [m.get("tree") for m in info.get("mounts") or [] if m.get("tree") and not os.path.exists(
             m["tree"].replace(store.path(name), staging, 1))]
         if missing:
-            raise OciError(f"image {name!r} is built on {info.get('base')!r}, which this node lacks "
-                           f"({', '.join(missing)}): build or pull {info.get('base')!r} first", code="conflict")
+            base = info.get("base")
+            first = (f"build or pull {base!r} first" if base else
+                     "build this node's own default image first (sandbox-kernel image build): its interpreter copy")
+            raise OciError(f"image {name!r} names trees this node lacks ({', '.join(missing)}): {first}",
+                           code="conflict")
         with open(os.path.join(staging, "image.json"), "w") as f:
             json.dump(info, f, indent=2)
         with store.lock(name):

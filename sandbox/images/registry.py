@@ -92,9 +92,7 @@ def pull(store: ImageStore, name: str, registry: str, digest: str | None = None)
     with tempfile.TemporaryDirectory(prefix=".pull-", dir=store.state.images) as layout:
         _skopeo(["copy", "--preserve-digests", f"--src-tls-verify={str(verify).lower()}",
                  reference(registry, name, digest), f"oci:{layout}:{TAG}"])
-        info, got = oci.import_layout(store, layout, tag=TAG, digest=digest)
-    if info["name"] != name:
-        raise RegistryError(f"the registry's {name!r} holds image {info['name']!r}")
+        info, got = oci.import_layout(store, layout, tag=TAG, digest=digest, name=name)
     record(store, name, got)
     return info, got
 

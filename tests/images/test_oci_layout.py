@@ -142,11 +142,14 @@ def test_a_blob_swapped_for_another_valid_one_is_refused(stores, tmp_path):
     assert pathlib.Path(dest.path(NAME), "venv", "lib", "marker.py").read_text() == "VALUE = 'swapped'\n"
 
 
-def test_a_layout_other_than_the_digest_asked_for_is_refused(stores):
+def test_a_layout_other_than_the_digest_or_image_asked_for_is_refused(stores):
     source, dest, layout = stores
     oci.export_layout(source, NAME, str(layout))
     with pytest.raises(oci.OciError, match="0 manifest"):
         oci.import_layout(dest, str(layout), digest="sha256:" + "0" * 64)
+    assert_nothing_imported(dest)
+    with pytest.raises(oci.OciError, match="holds image 'demo', not 'other'"):
+        oci.import_layout(dest, str(layout), name="other")
     assert_nothing_imported(dest)
 
 
