@@ -117,13 +117,43 @@ def cmd_image_rm(args) -> int:
     return 0
 
 
+def cmd_image_push(args) -> int:
+    """Push an image of the state directory to a registry; print the digest to pull it by."""
+    from ..images import registry
+    from ..images.oci import OciError
+
+    try:
+        digest = registry.push(_store(args), args.name, args.registry)
+    except OciError as exc:
+        error(str(exc))
+        return 1
+    print(f"pushed image {args.name} to {registry.reference(args.registry, args.name)} as {digest}")
+    print(digest)
+    return 0
+
+
+def cmd_image_pull(args) -> int:
+    """Pull an image into the state directory, every blob verified (by --digest: exactly that one)."""
+    from ..images import registry
+    from ..images.oci import OciError
+
+    try:
+        info, digest = registry.pull(_store(args), args.name, args.registry, args.digest)
+    except OciError as exc:
+        error(str(exc))
+        return 1
+    print(f"pulled image {info['name']} ({digest}) from {registry.reference(args.registry, args.name, digest)}")
+    return 0
+
+
 def register(sub) -> None:
     image = command(sub, "image", "build, list, inspect and remove images", """
         sandbox-kernel image build                      # the default image
         sandbox-kernel image build datascience          # a shipped recipe
         sandbox-kernel image build stats --pip scipy statsmodels
-        sandbox-kernel image ls""")
-    isub = image.add_subparsers(dest="image_command", required=True, metavar="{build,ls,inspect,rm}")
+        sandbox-kernel image ls
+        sandbox-kernel image push stats --registry registry.example:5000""")
+    isub = image.add_subparsers(dest="image_command", required=True, metavar="{build,ls,inspect,rm,push,pull}")
     p = command(isub, "build", "build the default image, a shipped recipe (datascience), or a named one with "
                                "extra packages", """
         sandbox-kernel image build
@@ -156,3 +186,16 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true",
                    help="remove the files even when no server can say whether a sandbox uses the image")
     p.set_defaults(func=cmd_image_rm)
+    for verb, what, example in (
+            ("push", "push an image to an OCI registry (skopeo); prints its digest",
+             "sandbox-kernel image push stats --registry registry.example:5000"),
+            ("pull", "pull an image from an OCI registry, every blob verified by digest",
+             "sandbox-kernel image pull stats --registry registry.example:5000 --digest sha256:...")):
+        p = command(isub, verb, what, example)
+        p.add_argument("name")
+        p.add_argument("--registry", required=True, metavar="HOST[:PORT]",
+                       help="the registry: host[:port] over HTTPS, or http://host[:port] for plain HTTP")
+        if verb == "pull":
+            p.add_argument("--digest", metavar="sha256:HEX", help="pull exactly this manifest (as push printed it)")
+        add_state_dir(p)
+        p.set_defaults(func=cmd_image_push if verb == "push" else cmd_image_pull)

@@ -143,6 +143,10 @@ class ServiceConfig(Configurable):
 
     node_id = Unicode("", help="This node's name in a cluster (e.g. the Kubernetes node name): it is put in every "
                       "sandbox id, so that a gateway routes each call to the node that holds the sandbox.").tag(config=True)
+    image_registry = Unicode("", help="The OCI registry images move through between nodes: host[:port] (HTTPS, "
+                             "certificate verified) or http://host[:port] (plain HTTP: a closed network or a test's; "
+                             "every blob is still verified by digest). POST /v1/images/push and /pull use it; empty: "
+                             "none.").tag(config=True)
     draining = Bool(False, help="Start draining: no new sandboxes, existing ones run out.").tag(config=True)
     usage_record_seconds = Float(60.0, help="How often each sandbox's usage record is written while it lives "
                                  "(it is also written when it ends): what a crash of its supervisor can lose.").tag(config=True)
@@ -152,6 +156,17 @@ class ServiceConfig(Configurable):
                                "labelled with the user's name): one series per user, so only where the operator "
                                "wants it (a team's host; off, the labels are bounded by states, tiers and images)."
                                ).tag(config=True)
+
+    @validate("image_registry")
+    def _check_image_registry(self, proposal):
+        from ..images import registry
+
+        if proposal["value"]:
+            try:
+                registry.parse(proposal["value"])
+            except registry.RegistryError as exc:
+                raise TraitError(str(exc)) from None
+        return proposal["value"].strip()
 
     @validate("node_id")
     def _check_node_id(self, proposal):

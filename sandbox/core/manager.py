@@ -30,6 +30,7 @@ from .config import ServiceConfig
 from ..egress import service as egress_service
 from ..common.errors import ApiError
 from .handles import Handle
+from ..images import registry as image_registry
 from ..images.images import ImageStore
 from .launcher import Launcher, choose_backend
 from ..common.paths import StateDir
@@ -292,6 +293,28 @@ class SandboxManager:
             return await asyncio.to_thread(self.images.build, name, progress=progress, **recipe)
         finally:
             self.pool.refill_soon()
+
+    async def push_image(self, name: str) -> str:
+        """Push an image to ``image_registry``, off the event loop: its manifest digest."""
+        return await asyncio.to_thread(image_registry.push, self.images, name, self._registry())
+
+    async def pull_image(self, name: str, digest: str | None) -> tuple[dict, str]:
+        """Pull an image from ``image_registry`` (verified; see images/oci.py), off the event
+        loop; the warm pool then fills for it."""
+        try:
+            return await asyncio.to_thread(image_registry.pull, self.images, name, self._registry(), digest)
+        finally:
+            self.pool.refill_soon()
+
+    def _registry(self) -> str:
+        if not self.config.image_registry:
+            raise image_registry.RegistryError("this node has no image registry configured (serve --set "
+                                         "image_registry=HOST:PORT)", code="no_registry")
+        return self.config.image_registry
+
+    def image_digests(self) -> dict[str, str]:
+        """The digest each image here was pushed or pulled as: a gateway has nodes without it pull that."""
+        return image_registry.digests(self.images)
 
     async def remove_image(self, name: str) -> None:
         """Remove an image no sandbox uses; its warm-pool sandboxes (nobody's yet) end with it.

@@ -35,6 +35,7 @@ from .proxy import NotSent, Proxy
 
 log = logging.getLogger("sandbox.gateway")
 DEFAULT_IMAGE = "default"
+PULL_TIMEOUT = 600.0  # a node pulling an image before a create: a large image from a far registry
 
 
 def table_of(request: Request) -> NodeTable:
@@ -99,18 +100,24 @@ async def create(request: Request):
     raw = await read_body(request, request.app.state.config.request_max_bytes)
     data = schemas.parse(raw, schemas.CREATE)
     image = data.get("image") or DEFAULT_IMAGE
-    candidates, refused = placement.rank(table.usable(), image, data.get("memory_mb"))
+    digest = placement.published(table.usable(), image)
+    candidates, refused = placement.rank(table.usable(), image, data.get("memory_mb"), pullable=digest is not None)
     if not candidates and refused:
         # Every node looked unfit in its last info, which may be older than the sandboxes
         # deleted since (through another gateway, or on the node itself): ask once more.
         await table.ask_again(table.usable())
-        candidates, refused = placement.rank(table.usable(), image, data.get("memory_mb"))
+        candidates, refused = placement.rank(table.usable(), image, data.get("memory_mb"), pullable=digest is not None)
     for node in table.known():
         if node.node_id and not node.up and node.departed_at is None:
             refused[node.node_id] = node.error or "down"
         elif not node.node_id and (node.up or node.error == identity.NO_NODE_ID):  # the misconfiguration seen most
             refused[node.address] = identity.NO_NODE_ID
     for node in candidates:
+        if digest is not None and placement.lacks(node.info, image):
+            why = await pull_first(node, image, digest)
+            if why:
+                refused[node.node_id] = why
+                continue
         try:
             upstream = await proxy.send(node, "POST", "/v1/sandboxes", content=raw,
                                         headers={"content-type": "application/json", **scope_header(request)})
@@ -128,6 +135,21 @@ async def create(request: Request):
         return Response(content, upstream.status_code, media_type="application/json")
     why = "; ".join(f"{k}: {v}" for k, v in sorted(refused.items())) or _no_nodes(request.app.state.config)
     raise ApiError(503, "unavailable", f"no node can take a new sandbox now ({why})")
+
+
+async def pull_first(node: Node, image: str, digest: str) -> str | None:
+    """Have a node that lacks ``image`` pull it from its registry, exactly ``digest`` (the one
+    another node published), before a sandbox is placed there; None, or why it did not."""
+    try:
+        r = await node.client.post(f"/v1/images/{image}/pull", json={"digest": digest}, timeout=PULL_TIMEOUT)
+    except httpx.HTTPError as exc:
+        return f"pulling image {image!r} failed ({type(exc).__name__})"
+    if r.status_code != 200:
+        return f"pulling image {image!r} ({digest}) failed: {_message(r.content)}"
+    pool = node.info.setdefault("pool", {})
+    if isinstance(pool, dict):
+        pool.setdefault(image, {"ready": 0})
+    return None
 
 
 def _no_nodes(config) -> str:

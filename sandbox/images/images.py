@@ -157,6 +157,10 @@ class ImageStore:
         return images
 
     # ---------------------------------------------------------------- building
+    def lock(self, name: str):
+        """Held while an image of this name is built, imported or removed."""
+        return self._lock(name)
+
     @contextmanager
     def _lock(self, name: str):
         os.makedirs(self.state.images, exist_ok=True)

@@ -171,6 +171,7 @@ async def info(request: Request):
     manager, caller = manager_of(request), caller_of(request)
     return JSONResponse({"version": __version__, "state_dir": manager.state_dir.root,
                          "protections": manager.protections, "pool": manager.pool_status(),
+                         "image_digests": manager.image_digests(),
                          "sandboxes": len(reachable(request)),
                          "node_id": manager.config.node_id or None, "draining": manager.draining,
                          "multi_user": request.app.state.multi_user, "caller": caller.label,
@@ -510,6 +511,34 @@ async def build_image(request: Request):
     return StreamingResponse(events(), media_type=NDJSON)
 
 
+REGISTRY_STATUS = {"not_found": 404, "conflict": 409, "unavailable": 503, "registry_failed": 502,
+                   "digest_mismatch": 502}
+
+
+async def push_image(request: Request):
+    """Push an image to the configured registry (``image_registry``): the digest to pull it by."""
+    admin_only(request, "pushing an image")
+    name = request.path_params["name"]
+    try:
+        digest = await manager_of(request).push_image(name)
+    except ImageError as exc:
+        raise ApiError(REGISTRY_STATUS.get(exc.code, 400), exc.code, str(exc)) from None
+    return JSONResponse({"name": name, "digest": digest})
+
+
+async def pull_image(request: Request):
+    """Pull an image from the configured registry, every blob verified (by digest: exactly
+    that one); a gateway has a node pull an image this way before it places a sandbox there."""
+    admin_only(request, "pulling an image")
+    manager, name = manager_of(request), request.path_params["name"]
+    data = await body(request, schemas.IMAGE_PULL)
+    try:
+        info, digest = await manager.pull_image(name, data.get("digest"))
+    except ImageError as exc:
+        raise ApiError(REGISTRY_STATUS.get(exc.code, 400), exc.code, str(exc)) from None
+    return JSONResponse({"name": name, "digest": digest, "image": image_view(info, manager)})
+
+
 async def delete_image(request: Request):
     admin_only(request, "removing an image")
     name = request.path_params["name"]
@@ -659,6 +688,13 @@ ENDPOINTS = (
         "One image, with package_list: each package's name, version, layer (the image or its base), source "
         "(the package index, or the URL it was installed from), requested (by the recipe) and installer",
         params=[IMAGE_NAME], errors=(401, 404))),
+    Endpoint("POST", "/v1/images/{name}/push", push_image, op(
+        "Push an image to the node's image registry (image_registry) as an OCI image: its manifest digest",
+        params=[IMAGE_NAME], errors=(400, 401, 403, 404, 502, 503))),
+    Endpoint("POST", "/v1/images/{name}/pull", pull_image, op(
+        "Pull an image from the node's image registry, every blob verified (by digest: exactly that manifest); "
+        "a tampered blob is refused (502 digest_mismatch) and nothing is imported",
+        params=[IMAGE_NAME], body=json_body(schemas.IMAGE_PULL), errors=(400, 401, 403, 404, 409, 413, 422, 502, 503))),
     Endpoint("DELETE", "/v1/images/{name}", delete_image, op("Remove an image not in use", params=[IMAGE_NAME],
                                                              errors=(400, 401, 403, 404, 409))),
 )

@@ -206,6 +206,9 @@ IMAGE_BUILD = {
     "requirements": Field(str, max_length=1 << 16),
     "preload": Field(list, items=str, max_length=50),
 }
+IMAGE_PULL = {"digest": Field(str, pattern=r"^sha256:[0-9a-f]{64}$",
+                             description="Pull exactly this manifest (sha256:HEX, as a push answered); "
+                                         "without it, the image's latest.")}
 
 
 def parse(body: bytes, fields: dict[str, Field], allow_empty: bool = True) -> dict:

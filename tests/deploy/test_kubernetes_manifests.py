@@ -110,3 +110,27 @@ def test_the_commands_in_the_manifests_exist():
         parser.parse_args(args)
     init = one("DaemonSet", "sandbox-node")["spec"]["template"]["spec"]["initContainers"][0]
     parser.parse_args(init["command"][1:])
+
+
+def test_the_nodes_name_the_image_registry():
+    """Each node's image_registry is the registry Service's DNS name and port, which only node
+    pods may reach: what a gateway relies on when it has a node pull an image first."""
+    from sandbox.core.config import ServiceConfig
+
+    nodes, service = one("DaemonSet", "sandbox-node"), one("Service", "sandbox-registry")
+    registry = one("Deployment", "sandbox-registry")
+    container = nodes["spec"]["template"]["spec"]["containers"][0]
+    sets = dict(a.removeprefix("--set=").split("=", 1) for a in container["args"] if a.startswith("--set="))
+    namespace = service["metadata"]["namespace"]
+    port = service["spec"]["ports"][0]["port"]
+    assert sets["image_registry"] == f"http://{service['metadata']['name']}.{namespace}.svc.cluster.local:{port}"
+    assert ServiceConfig(image_registry=sets["image_registry"]).image_registry == sets["image_registry"]
+    assert service["spec"]["selector"].items() <= _labels(registry).items()
+    listens = registry["spec"]["template"]["spec"]["containers"][0]
+    assert listens["ports"][0]["containerPort"] == port
+    assert {e["name"]: e["value"] for e in listens["env"]}["REGISTRY_HTTP_ADDR"].endswith(f":{port}")
+    policy = one("NetworkPolicy", "sandbox-registry-from-nodes-only")
+    assert policy["spec"]["podSelector"]["matchLabels"] == registry["spec"]["selector"]["matchLabels"]
+    [rule] = policy["spec"]["ingress"]
+    assert [p["podSelector"]["matchLabels"] for p in rule["from"]] == [nodes["spec"]["selector"]["matchLabels"]]
+    assert [p["port"] for p in rule["ports"]] == [port]

@@ -74,6 +74,21 @@ def test_a_warm_sandbox_comes_first_then_the_most_free_capacity():
     assert ids(placement.rank(uncapped, "default", 512)[0]) == ["c", "b", "a"]
 
 
+def test_a_node_lacking_a_published_image_may_pull_it_after_those_that_have_it():
+    """An image a node published (pushed or pulled: its image_digests) makes the nodes that
+    lack it candidates too, after every node that has it; unpublished, they get none."""
+    nodes = [node("lacks-idle", images=("default",), memory_free=15000), node("has-busy", images=("default", "stats"), sandboxes=5),
+             node("draining-publisher", images=("default", "stats"), draining=True)]
+    assert placement.published(nodes, "stats") is None
+    chosen, refused = placement.rank(nodes, "stats", None)
+    assert ids(chosen) == ["has-busy"] and refused["lacks-idle"] == "no image 'stats'"
+    nodes[2].info["image_digests"] = {"stats": "sha256:" + "a" * 64}
+    assert placement.published(nodes, "stats") == "sha256:" + "a" * 64
+    chosen, refused = placement.rank(nodes, "stats", None, pullable=True)
+    assert ids(chosen) == ["has-busy", "lacks-idle"] and refused == {"draining-publisher": "draining"}
+    assert placement.lacks(nodes[0].info, "stats") and not placement.lacks(nodes[1].info, "stats")
+
+
 def test_a_burst_of_creates_spreads_before_the_next_refresh():
     nodes = [node(f"n{i}", cap=30, memory_free=60000, total=64000) for i in (1, 2, 3)]
     rng = random.Random(7)
