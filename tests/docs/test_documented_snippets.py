@@ -33,7 +33,7 @@ from docblocks import CODE, COMMAND_LINE, INCLUDED, SITE_PAGES, Block, blocks
 from support import REPO, with_repo_on_path
 
 RUN = [b for b in blocks() if b.lang in CODE and b.not_run is None]
-OUTPUT_IN_A_COMMENT = re.compile(r"^\s*print\(.*\)\s+#", re.M)  # `print(x)   # 45`: unchecked
+OUTPUT_IN_A_COMMENT = re.compile(r"^[ \t]*print\(.*\)[ \t]+#", re.M)  # `print(x)   # 45`: unchecked
 
 
 def output_matches(documented: str, printed: str) -> bool:
@@ -54,6 +54,8 @@ def test_every_code_block_runs_or_says_why_not():
     assert not unexplained, f"'not run' needs a reason: {unexplained}"
     untyped = [b.name for b in blocks() if not b.lang and COMMAND_LINE.search(b.code)]
     assert not untyped, f"code without a language (so never run): {untyped}"
+    cells = [b.name for b in blocks() if b.lang == "ipython" and b.path != REPO / "README.md"]
+    assert not cells, f"notebook cells are run only for README's tour (tests/kernel/test_readme_tour.py): {cells}"
 
 
 def test_every_page_of_the_site_is_read_for_blocks():
