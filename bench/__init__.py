@@ -1,1 +1,1 @@
-"""Benchmarks of sandbox-kernel against its baselines; run with `python -m bench` (see README.md)."""
+"""Benchmarks of sandbox-kernel against its baselines; run with `python -m bench` (see bench/README.md)."""

@@ -3,7 +3,7 @@
 Whatever the sandbox sends was written by the code in it, and JupyterLab acts on much of it
 with the page's rights (the page holds the Jupyter server's token). So the kernel decides,
 per channel, from what it received and never from a name the sandbox chose, what reaches
-the page. `CHANNELS` is the table (README shows the same); the rules themselves are here or
+the page. `CHANNELS` is the table (docs/security.md shows the same); the rules themselves are here or
 in the module each row names. A new channel gets a row and a rule before it carries a byte.
 
 `passthrough` (`SandboxSettings.unsafe_trust_sandbox_outputs`) sets every rule aside, for

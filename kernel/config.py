@@ -6,7 +6,7 @@ or per launch, which is what notebook servers offer; the traits are there for
 config file of its own: two notebooks open in the same Jupyter should not silently share
 a hidden file's settings.
 
-Each trait's `env` tag names its variable; README's table of settings is made from these
+Each trait's `env` tag names its variable; docs/kernel.md's table of settings is made from these
 traits (scripts/kernel_settings_table.py), and a unit test checks that the table is current
 and that every tagged variable really sets its trait.
 """

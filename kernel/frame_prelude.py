@@ -23,7 +23,7 @@ connection. So the frame's own first script, before any byte of the sandbox's ru
   throws (they can make a closed declarative shadow root), and `frames.document` rewrites
   the `shadowroot…` attributes of the sandbox's markup so the parser makes none.
 
-What remains is written in README ("Outputs: the kernel is the trust boundary"): the frame
+What remains is written in docs/security.md ("Outputs: the kernel is the trust boundary"): the frame
 may still navigate *itself* to a new document (a `<meta http-equiv="refresh">`, `location`),
 which carries neither this prelude nor, for a web address, the frame's policy.
 """

@@ -5,7 +5,7 @@ A display bundle from the sandbox (`data` by MIME type, plus `metadata`) was wri
 code in the sandbox. JupyterLab trusts every output of the session: its HTML runs scripts
 with the page's origin, which holds the server's token, so an unfiltered bundle is a way
 out of the sandbox onto the host (a terminal, the contents API). So each MIME type gets
-one decision, the table below (README shows the same table):
+one decision, the table below (docs/security.md shows the same table):
 
 - passive types pass, checked to be what they claim: text, and PNG/JPEG/GIF whose bytes
   are valid base64 of a file with the right magic number;

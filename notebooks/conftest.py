@@ -1,6 +1,6 @@
 """nbval on these notebooks: a notebook that needs an extra this environment lacks is
 skipped, saying which extra and how to install it, rather than failing on its import
-(README, Notebooks). The notebook's own first cell says the same to someone running it."""
+(docs/getting-started.md, Notebooks). The notebook's own first cell says the same to someone running it."""
 
 from __future__ import annotations
 

@@ -2,12 +2,12 @@
 """The tests of the tiered suites that do not apply to the gvisor tier, and why.
 
 The one definition is each test's ``@pytest.mark.bwrap_only(reason=...)`` (or a module's
-``pytestmark``) in tests/security and tests/reliability; README's security section holds
+``pytestmark``) in tests/security and tests/reliability; docs/security.md holds
 the list this prints, between its ``bwrap-only`` comment lines, and
 tests/unit/test_bwrap_only_list.py fails when the two differ.
 
     python3 scripts/bwrap_only.py            # print the list (Markdown)
-    python3 scripts/bwrap_only.py --write    # put it into README.md
+    python3 scripts/bwrap_only.py --write    # put it into docs/security.md
 """
 
 from __future__ import annotations
@@ -55,22 +55,22 @@ def markdown(root: pathlib.Path = REPO) -> str:
     return "\n".join(f"- `{test}`: {reason}" for test, reason in bwrap_only(root))
 
 
-def readme_block(text: str) -> str:
-    """What README holds between the two comment lines."""
+def page_block(text: str) -> str:
+    """What the page holds between the two comment lines."""
     return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="put the list into README.md")
+    parser.add_argument("--write", action="store_true", help="put the list into docs/security.md")
     args = parser.parse_args()
     if not args.write:
         print(markdown())
         return
-    readme = REPO / "README.md"
-    head, rest = readme.read_text().split(BEGIN, 1)
+    page = REPO / "docs" / "security.md"
+    head, rest = page.read_text().split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
-    readme.write_text(head + BEGIN + "\n" + markdown() + "\n" + END + tail)
+    page.write_text(head + BEGIN + "\n" + markdown() + "\n" + END + tail)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
-"""README's table of the kernel's settings, made from the traits of kernel/config.py.
+"""The table of the kernel's settings (docs/kernel.md), made from the traits of kernel/config.py.
 
 Each configurable trait of `SandboxSettings` is one row: its name (`--SandboxKernel.NAME`),
 the environment variable it falls back to (the trait's `env` tag), its default, and its
-help text. README holds the table between two markers; tests/unit/test_kernel_settings.py
-fails when README's table is not what this script makes, so the two cannot drift:
+help text. docs/kernel.md holds the table between two markers; tests/unit/test_kernel_settings.py
+fails when the page's table is not what this script makes, so the two cannot drift:
 
-    python scripts/kernel_settings_table.py --write    # rewrite README's table
-    python scripts/kernel_settings_table.py --check    # exit 1 if README's table is stale
+    python scripts/kernel_settings_table.py --write    # rewrite the page's table
+    python scripts/kernel_settings_table.py --check    # exit 1 if the page's table is stale
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "kernel.md"
 BEGIN = "<!-- kernel settings: made by scripts/kernel_settings_table.py -->"
 END = "<!-- end of kernel settings -->"
 
@@ -48,23 +48,23 @@ def block() -> str:
     return f"{BEGIN}\n{table()}\n{END}"
 
 
-def current(readme: str) -> str | None:
-    match = re.search(re.escape(BEGIN) + r".*?" + re.escape(END), readme, re.DOTALL)
+def current(page: str) -> str | None:
+    match = re.search(re.escape(BEGIN) + r".*?" + re.escape(END), page, re.DOTALL)
     return match.group(0) if match else None
 
 
 def main(argv: list[str]) -> int:
-    readme = README.read_text()
-    found = current(readme)
+    page = PAGE.read_text()
+    found = current(page)
     if argv == ["--write"]:
         if found is None:
-            print(f"README has no {BEGIN!r} marker", file=sys.stderr)
+            print(f"{PAGE} has no {BEGIN!r} marker", file=sys.stderr)
             return 1
-        README.write_text(readme.replace(found, block()))
+        PAGE.write_text(page.replace(found, block()))
         return 0
     if argv == ["--check"]:
         if found != block():
-            print("README's kernel settings table is stale: python scripts/kernel_settings_table.py --write",
+            print(f"{PAGE.name}'s kernel settings table is stale: python scripts/kernel_settings_table.py --write",
                   file=sys.stderr)
             return 1
         return 0

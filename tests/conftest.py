@@ -5,8 +5,8 @@ state directory of its own that borrows the run's built default image (tests/tes
 built once per run, or kept between runs in SANDBOX_KERNEL_TEST_STATE_DIR; tests/support.py
 lists the other variables).
 
-The run is spread over pytest-xdist workers (pyproject's addopts). Conventions, in README's
-testing section too:
+The run is spread over pytest-xdist workers (pyproject's addopts). Conventions, in docs/testing.md
+too:
 - each worker has its own session server and state directories; never a fixed path or port;
 - tests that share a module- or class-scoped fixture (a suite's own server, the isolation
   tier, the client flavour) run on one worker, so that it is set up once: they get an

@@ -528,7 +528,7 @@ def start_session_server() -> Server:
     state_dir = make_state_dir("sbk-test-state-", images_from=home)
     keep = os.environ.get("SANDBOX_KERNEL_TEST_KEEP_STATE") == "1"
     # A warm pool, as the product's default, without the preload: the suite claims hundreds of
-    # its sandboxes and no test needs their imports ahead (README, Testing).
+    # its sandboxes and no test needs their imports ahead (docs/testing.md).
     return Server(state_dir, "--set", "pool_preload=false", token=secrets.token_hex(16), log_name="test-server.log",
                   keep_state=keep).open()
 

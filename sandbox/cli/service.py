@@ -181,7 +181,7 @@ def _register_serve(sub) -> None:
     serve.add_argument("--pids", type=int)
     serve.add_argument("--cpus", type=float)
     serve.add_argument("--set", action="append", metavar="NAME=VALUE",
-                       help="any server setting, e.g. --set max_memory_mb=4096 (see README, Limits)")
+                       help="any server setting, e.g. --set max_memory_mb=4096 (see docs/service.md, Limits)")
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--node-id", help="this node's name in a cluster, put in every sandbox id so that a "
                        "gateway can route to it (e.g. the Kubernetes node name)")

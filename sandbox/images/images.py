@@ -66,7 +66,7 @@ RECIPES: dict[str, dict] = {
 
 Progress = Callable[[str], None]
 
-# What a first build of the default image costs, measured on 2 cores (README, First run):
+# What a first build of the default image costs, measured on 2 cores (docs/getting-started.md, The first run):
 # said before it starts, so that nobody wonders whether the first cell hangs.
 # With uv: 24-35 s here under load (bench/build_bench.py), more where PyPI is far.
 DEFAULT_BUILD_ESTIMATE = "about 30-90 s and 750 MiB of disk (1 GiB as root, with a copy of the interpreter)"

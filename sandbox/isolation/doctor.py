@@ -91,7 +91,7 @@ def report(config=None) -> list[dict]:
     return items
 
 
-AS_ROOT = "run the server as root (the systemd unit in README, \"Many users on one machine\")"
+AS_ROOT = "run the server as root (the systemd unit in docs/teams.md, \"Many users on one machine\")"
 # For each protection that can be weaker or missing: the exact step that fixes it, or, where
 # there is none to take, what the risk is. `doctor` prints it under the item.
 FIXES = {
@@ -107,7 +107,7 @@ FIXES = {
     "cpu limit": AS_ROOT + ", which gives it a writable cgroup. Risk without: a sandbox may use every core",
     "cgroup version": AS_ROOT + ", which gives it a writable cgroup",
     "host uid": AS_ROOT + ". Risk without: outside their namespaces, sandboxes run as your uid",
-    "gvisor tier (runsc)": "apt-get install runsc, as root (README, \"The gVisor tier\"); the bwrap tier works without",
+    "gvisor tier (runsc)": "apt-get install runsc, as root (docs/security.md, \"The gVisor tier\"); the bwrap tier works without",
     "workspace size": ("run the server as root with mkfs.ext4 (e2fsprogs) and loop devices. Risk without: a "
                        "sandbox may fill the state directory's disk"),
 }

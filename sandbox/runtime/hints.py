@@ -1,6 +1,6 @@
 """One line that says what to do, after the dead ends of a sandbox without network.
 
-A sandbox has no network unless its creator asked for egress (README, "Egress on request"),
+A sandbox has no network unless its creator asked for egress (docs/agents.md, "Egress on request"),
 so ``pip install``, a DNS look-up, a connection, or an import of a package that is not in
 the image fail there with messages written for a machine that is merely offline. Each of
 these ends with a line naming the way out: an image with the package, or an egress policy.
@@ -44,7 +44,7 @@ def package_hint(package: str) -> str:
 
 
 NETWORK_HINT = ("hint: this sandbox has no network: ask for the hosts you need when you create it "
-                '({"egress": {"allow": ["HOST"]}}; README, "Egress on request")')
+                '({"egress": {"allow": ["HOST"]}}; docs/agents.md, "Egress on request")')
 
 
 def _chain(exc: BaseException | None) -> t.Iterator[BaseException]:

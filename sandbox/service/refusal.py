@@ -28,5 +28,5 @@ def config_refusal(config: ServiceConfig) -> str | None:
         return refusal
     if config.multi_user and os.geteuid() != 0:
         return ("refusing --multi-user as a non-root user: a shared server runs as root, so that each sandbox "
-                "gets a uid of its own and cgroup limits; run it from the systemd unit in README")
+                "gets a uid of its own and cgroup limits; run it from the systemd unit in docs/teams.md")
     return None

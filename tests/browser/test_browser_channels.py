@@ -1,6 +1,6 @@
 """Every channel from a sandbox to the page, tried by a hostile notebook in a real JupyterLab
 (Debian's Chromium, the "Python (sandbox)" kernel on the session's server): the rows of
-README's channel table (kernel/channels.py).
+docs/security.md's channel table (kernel/channels.py).
 
 One notebook holds one probe per row: a widget whose Label model is drawn by `HTMLView`, an
 `HTML` widget, an `Image` with `format="url"`, a widget style with `url(...)`, LaTeX with
@@ -549,4 +549,4 @@ def check_ordinary_renders(page: t.Any, nb: Notebook, expect: t.Any) -> None:
     assert frame.evaluate("() => document.querySelector('math').getBoundingClientRect().width") > 20
     nb.cells.nth(ORDINARY).evaluate("el => el.scrollIntoView({block: 'start'})")
     page.wait_for_timeout(500)
-    nb.shot("channels-01-ordinary-widgets-and-math.png")  # README's docs/widgets-and-math.png
+    nb.shot("channels-01-ordinary-widgets-and-math.png")  # docs/widgets-and-math.png

@@ -27,6 +27,6 @@ def test_gvisor_usage_from_the_sandboxs_cgroup(api, new_sandbox):
     gvisor_cpu = after["cpu_seconds"] - held["cpu_seconds"]
     # The counter moves with the work; how it compares with bwrap's for the same work is not
     # asserted here: on this loaded 2-core host a 30-million-step loop under ptrace ran past
-    # the client's read timeout (measured by hand: README, Usage).
+    # the client's read timeout (measured by hand: docs/operations.md, Usage).
     assert gvisor_cpu > 0.05, (held, after)
     assert after["executes"] == 2 and after["processes"] > 1  # runsc's own tasks count too

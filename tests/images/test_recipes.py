@@ -1,6 +1,6 @@
 """The image recipes shipped with the project (sandbox/images/images.py RECIPES).
 
-CI does not build the data-science image: it takes minutes and ~850 MiB (README gives the
+CI does not build the data-science image: it takes minutes and ~850 MiB (docs/getting-started.md gives the
 figures of a build by hand). These tests check what CI can check cheaply: that the recipe
 has the packages agents expect, that `image build datascience` with no packages builds from
 the recipe (up to pip itself, which is stubbed out at the store's `_build` boundary), that

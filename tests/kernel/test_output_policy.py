@@ -1,4 +1,4 @@
-"""The output policy, one test per row of README's MIME table: what of a sandbox's display
+"""The output policy, one test per row of docs/security.md's MIME table: what of a sandbox's display
 bundle reaches the notebook page, and in what form. No server needed.
 
 The browser test (tests/browser/test_browser_output_isolation.py) proves the frames hold
@@ -252,7 +252,7 @@ def test_every_table_row_is_tested():
     tested = {"text/plain", "image/png", "image/jpeg", "image/gif", "text/html", "application/javascript",
               "image/svg+xml", "text/markdown", "text/latex", "application/vnd.jupyter.widget-view+json",
               "application/json"}
-    assert set(POLICY) == tested, "a new row in POLICY needs a test here and a row in README"
+    assert set(POLICY) == tested, "a new row in POLICY needs a test here and a row in docs/security.md"
 
 
 # --------------------------------------------------------------------------- metadata and transient

@@ -1,6 +1,6 @@
 """The embedded server's life: it stops by itself once no kernel uses it, and
 `sandbox-kernel lab` stops the server its kernels started when JupyterLab exits; either
-way nothing of ours is left on the host: no process, no mount (README, "When the server
+way nothing of ours is left on the host: no process, no mount (docs/operations.md, "When the server
 stops").
 
 Each test has a state directory that owns its images, as a newcomer's does (the images are

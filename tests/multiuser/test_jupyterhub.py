@@ -1,6 +1,6 @@
 """A team on one host behind a real JupyterHub, set up as deploy/jupyterhub says.
 
-Everything the deployment runs is read from deploy/jupyterhub, the files README shows:
+Everything the deployment runs is read from deploy/jupyterhub, the files docs/teams.md shows:
 setup.sh installs (a venv of Debian's /usr/bin/python3 with the `hub` extra from PyPI,
 configurable-http-proxy from npm with Debian's nodejs, the kernelspecs pinned to the system
 server), and the two systemd units' ExecStart lines start the system server and the hub. The
@@ -365,12 +365,12 @@ def len_cells(notebook: Notebook) -> int:
     return notebook.cells.count() - 1
 
 
-def test_readme_recipe_is_what_the_hub_test_runs() -> None:
-    """README's team recipe runs deploy/jupyterhub's files, the ones the test above runs: its
+def test_the_team_recipe_is_what_the_hub_test_runs() -> None:
+    """The team recipe (docs/teams.md) runs deploy/jupyterhub's files, the ones the test above runs: its
     setup script, and the two units whose ExecStart lines start the server and the hub."""
     from docblocks import blocks
 
-    recipe = next(b.code for b in blocks([support.REPO / "README.md"])
+    recipe = next(b.code for b in blocks([support.REPO / "docs" / "teams.md"])
                   if b.lang == "bash" and "deploy/jupyterhub/setup.sh" in b.code)
     lines = [line.split("#")[0].strip() for line in recipe.strip().splitlines()]
     assert lines[1] == "deploy/jupyterhub/setup.sh", lines
@@ -383,4 +383,4 @@ def test_readme_recipe_is_what_the_hub_test_runs() -> None:
             .startswith(f"{REAL_PREFIX}/.venv/bin/"), unit
     group = re.search(r"groupadd (\S+)", lines[0])[1]
     config = (DEPLOY / "jupyterhub_config.py").read_text()
-    assert f'"SANDBOX_KERNEL_HUB_GROUP", "{group}"' in config  # the group README makes is the one the hub allows
+    assert f'"SANDBOX_KERNEL_HUB_GROUP", "{group}"' in config  # the group the recipe makes is the one the hub allows

@@ -1323,7 +1323,7 @@ def test_p21_doctor_reports_each_protection(victim, isolation):
     for ctrl in ("memory", "pids", "cpu"):
         if ctrl == "pids" and isolation == "gvisor":
             # The code's limit is the Sentry's own; the cgroup the doctor reports on is the
-            # host ceiling above it for gVisor's tasks (README, "pids under gVisor").
+            # host ceiling above it for gVisor's tasks (docs/security.md, "pids under gVisor").
             assert str(iso["pids"]).startswith("gVisor's Sentry"), iso
             by_cgroup = iso.get("pids_host_ceiling") is not None
         else:

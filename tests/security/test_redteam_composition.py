@@ -27,7 +27,7 @@ c06. A runtime's log with escape sequences (what the sandbox's processes wrote t
      `sandbox-kernel logs` prints them escaped. Control: printed as they are, they reach
      the terminal.
 
-Every other path a sandbox's bytes take to a host program is a row of README's boundary
+Every other path a sandbox's bytes take to a host program is a row of docs/security.md's boundary
 table (Security model), with its test.
 """
 
@@ -105,7 +105,7 @@ class Kernels:
 @pytest.fixture
 def kernels(sandbox_server, kernel_dirs) -> t.Iterator[Kernels]:
     env = support.kernel_environ(sandbox_server, kernel_dirs["sandbox"].parent)
-    env["SANDBOX_KERNEL_HOST_CELLS"] = "0"  # the setting README calls safe for model-written cells
+    env["SANDBOX_KERNEL_HOST_CELLS"] = "0"  # the setting docs/kernel.md calls safe for model-written cells
     env["SANDBOX_KERNEL_KEEP_NOTEBOOK_SANDBOX"] = "0"
     made = Kernels(kernel_dirs, env)
     yield made

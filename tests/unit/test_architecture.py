@@ -10,7 +10,7 @@ HOST = ("sandbox.common", "sandbox.core", "sandbox.service", "sandbox.images", "
         "sandbox.supervisor", "sandbox.usage", "sandbox.egress", "sandbox.gateway", "sandbox.client",
         "sandbox.cli", "sandbox.agents", "kernel")
 ABOVE_THE_CORE = ("sandbox.service", "sandbox.gateway", "sandbox.cli", "sandbox.agents", "sandbox.client", "kernel")
-# What each layer may not import (README, "What is where"; each package's docstring says the same).
+# What each layer may not import (docs/architecture.md; each package's docstring says the same).
 FORBIDDEN = {
     # copied into every sandbox and run there: nothing of the host side
     "sandbox.runtime": HOST,

@@ -1,4 +1,4 @@
-"""README's list of the tests that do not apply to the gvisor tier is the markers' own
+"""docs/security.md's list of the tests that do not apply to the gvisor tier is the markers' own
 (scripts/bwrap_only.py): a test newly marked, unmarked or given another reason without
 `scripts/bwrap_only.py --write` fails here."""
 
@@ -22,9 +22,9 @@ def load():
 lister = load()
 
 
-def test_readme_lists_exactly_the_marked_tests():
-    readme = (lister.REPO / "README.md").read_text()
-    assert lister.readme_block(readme) == lister.markdown(), "run: python3 scripts/bwrap_only.py --write"
+def test_the_security_page_lists_exactly_the_marked_tests():
+    page = (lister.REPO / "docs" / "security.md").read_text()
+    assert lister.page_block(page) == lister.markdown(), "run: python3 scripts/bwrap_only.py --write"
     assert lister.bwrap_only(), "control: the tiered suites mark some tests bwrap only"
 
 

@@ -1,4 +1,4 @@
-"""README's table of the kernel's settings is the one scripts/kernel_settings_table.py makes
+"""The table of the kernel's settings (docs/kernel.md) is the one scripts/kernel_settings_table.py makes
 from kernel/config.py, and every environment variable it lists really sets its trait."""
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ def _script():
     return module
 
 
-def test_readme_table_is_made_from_the_traits(capsys):
+def test_the_pages_table_is_made_from_the_traits(capsys):
     assert _script().main(["--check"]) == 0, capsys.readouterr().err
 
 
 def test_every_setting_names_its_environment_variable():
     untagged = sorted(name for name, trait in TRAITS.items() if not trait.metadata.get("env"))
-    assert not untagged, f"traits without an env tag (README's table would say '-'): {untagged}"
+    assert not untagged, f"traits without an env tag (the table would say '-'): {untagged}"
 
 
 @pytest.mark.parametrize("name", sorted(TRAITS))
@@ -50,10 +50,10 @@ def test_the_listed_variable_sets_the_trait(name, monkeypatch):
 
 
 def test_a_table_out_of_date_is_caught(tmp_path, monkeypatch):
-    """The control: a README whose table lost a row fails the check."""
+    """The control: a page whose table lost a row fails the check."""
     script = _script()
-    readme = tmp_path / "README.md"
-    readme.write_text(script.block().replace("| `stream_limit` |", "| `stream_limits` |"))
-    monkeypatch.setattr(script, "README", readme)
+    page = tmp_path / "kernel.md"
+    page.write_text(script.block().replace("| `stream_limit` |", "| `stream_limits` |"))
+    monkeypatch.setattr(script, "PAGE", page)
     assert script.main(["--check"]) == 1
     assert script.main(["--write"]) == 0 and script.main(["--check"]) == 0

@@ -4,7 +4,7 @@ One row per difference: where it shows (a scenario's request), what each kernel 
 why, and `holds`, which says whether a pair of observations shows exactly this
 difference. `control` is an environment under which the sandbox kernel does what
 ipykernel does for that request, when the difference comes from a switch: the row's test
-runs it too, proving the difference is there for the reason given. README's "Where it
+runs it too, proving the difference is there for the reason given. docs/kernel.md's "Where it
 differs from ipykernel" shows this table.
 """
 

@@ -1,4 +1,4 @@
-"""README shows the table of intended differences as the code holds it (differences.py)."""
+"""The kernel's page (docs/kernel.md) shows the table of intended differences as the code holds it (differences.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pathlib
 
 from .differences import DIFFERENCES
 
-README = pathlib.Path(__file__).resolve().parents[3] / "README.md"
+KERNEL_PAGE = pathlib.Path(__file__).resolve().parents[3] / "docs" / "kernel.md"
 
 
-def test_readme_shows_every_row():
-    text = README.read_text()
+def test_the_kernel_page_shows_every_row():
+    text = KERNEL_PAGE.read_text()
     for row in DIFFERENCES:
         assert f"| {row.name} | {row.ipykernel} | {row.sandbox} | {row.reason} |" in text, row.name

@@ -1,5 +1,5 @@
-"""README's curl example over TCP, run as written on a server of its own (its port in place
-of 8765, its state directory as STATE, its token in STATE/token as README says): it
+"""The server page's curl example over TCP (docs/service.md), run as written on a server of its own (its port in place
+of 8765, its state directory as STATE, its token in STATE/token as the page says): it
 creates a sandbox, runs a cell, and leaves nothing running. The control: the same block
 without its DELETE line leaves the sandbox it created."""
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # a server of its own
 
 
 def tcp_example() -> str:
-    [block] = [b for b in blocks([REPO / "README.md"]) if "TOKEN=$(cat $STATE/token)" in b.code]
+    [block] = [b for b in blocks([REPO / "docs" / "service.md"]) if "TOKEN=$(cat $STATE/token)" in b.code]
     return block.code
 
 
