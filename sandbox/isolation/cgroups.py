@@ -195,6 +195,29 @@ class SandboxCgroup:
             enforced["cpu"] = f"cgroup {self.version}"
         return enforced
 
+    def lift_cpu_quota(self) -> str | None:
+        """Take the CPU quota off; return what to put back with ``put_cpu_quota`` (None: no
+        cpu group). For gVisor's own work while the code cannot run: the Sentry compresses a
+        checkpoint and decompresses a restore on all the host's cores, and under the
+        sandbox's quota (1 CPU by default) a pause and a restore took about twice what
+        the same runsc call takes outside it (sandbox/supervisor/pausing.py)."""
+        d = self.dirs.get("cpu")
+        if d is None:
+            return None
+        path = os.path.join(d, "cpu.cfs_quota_us" if self.version == "v1" else "cpu.max")
+        before = _read(path).strip()
+        if not before:
+            return None
+        _write(path, "-1" if self.version == "v1" else "max")
+        return before
+
+    def put_cpu_quota(self, value: str | None) -> None:
+        """Put back the quota ``lift_cpu_quota`` returned."""
+        d = self.dirs.get("cpu")
+        if d is None or value is None:
+            return
+        _write(os.path.join(d, "cpu.cfs_quota_us" if self.version == "v1" else "cpu.max"), value)
+
     def _counter(self, path: str) -> str:
         """A counter file's text, through a descriptor kept open: a read at offset 0 reads
         it afresh, and the open and close it saves were most of the cost of the usage

@@ -68,6 +68,17 @@ class Supervisor:
         if self.host.cgroup is not None:
             self.record["cgroup_dirs"] = self.host.cgroup_dirs
         self.mark("cgroup_and_workspace_mount")
+        # A restore's decompression is gVisor's own work, done before the code runs again:
+        # no quota on it until the first ping answers (see SandboxCgroup.lift_cpu_quota).
+        quota = self.host.cgroup.lift_cpu_quota() if self.restoring and self.host.cgroup is not None else None
+        try:
+            await self._launch(isolation, started)
+        finally:
+            if quota is not None:
+                self.host.cgroup.put_cpu_quota(quota)
+
+    async def _launch(self, isolation: dict, started: float) -> None:
+        """Start the backend's process (or restore it) and, when restoring, wait for its first answer."""
         try:
             launched = await launch(self.dir, self.spec, self.host, isolation, restore=self.restoring)
         except LaunchFailed as failed:

@@ -84,18 +84,25 @@ async def pause(supervisor: SupervisorCore, why: str, by: str = V.PAUSED_BY_REQU
         os.makedirs(staged, mode=0o700)
         cgroup = supervisor.host.cgroup
         memory = cgroup.memory_usage() if cgroup is not None else None
+        # The Sentry stops every task of the code before it saves, so the quota holds back
+        # only gVisor's own compression (see SandboxCgroup.lift_cpu_quota); put back after.
+        quota = cgroup.lift_cpu_quota() if cgroup is not None else None
         started = time.monotonic()
         timeline.mark("prepare")
         supervisor.pausing = True
-        proc = await asyncio.create_subprocess_exec(
-            *gvisor.checkpoint_argv(binary, supervisor.dir, supervisor.spec, staged), env=RUNSC_ENV,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(), CHECKPOINT_TIMEOUT)
-        except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-            out = f"runsc checkpoint did not finish within {CHECKPOINT_TIMEOUT:.0f} s".encode()
+            proc = await asyncio.create_subprocess_exec(
+                *gvisor.checkpoint_argv(binary, supervisor.dir, supervisor.spec, staged), env=RUNSC_ENV,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            try:
+                out, _ = await asyncio.wait_for(proc.communicate(), CHECKPOINT_TIMEOUT)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+                out = f"runsc checkpoint did not finish within {CHECKPOINT_TIMEOUT:.0f} s".encode()
+        finally:
+            if cgroup is not None:
+                cgroup.put_cpu_quota(quota)
         if proc.returncode != 0:
             return await _failed(supervisor, out.decode("utf-8", "replace").strip()[-600:])
         timeline.mark("runsc_checkpoint")
