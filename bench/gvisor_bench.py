@@ -1,25 +1,25 @@
 """Benchmark 9: the gVisor tier beside the bwrap tier, and pause/resume of gVisor sandboxes.
 
-`python -m bench.gvisor_bench [--state-dir DIR] [--reps N] [--sizes 100,300]`
+`python -m bench.gvisor_bench [--state-dir DIR] [--reps N] [--sizes 100,300] [--rounds 3]`
 
 One server of its own (no warm pool, so both tiers pay a cold create), both tiers measured
 in the same run, alternately:
 
 - create: POST /v1/sandboxes until the sandbox answers, bwrap vs gvisor (cold: no pool);
 - trivial cell: `1` executed on a running sandbox, p50 per tier, and their ratio;
-- pause/resume per 100 MB of interpreter state: a gvisor sandbox holding N MB of bytes
-  random (incompressible) bytes objects is paused (`POST .../pause`: runsc checkpoint, the process ends) and resumed
-  (`POST .../resume`: a new supervisor, runsc restore, a ping); the time of each, the
-  checkpoint's size, and the sandbox cgroup's memory before the pause and after the resume;
-- fork per 100 MB: the same running sandbox forked (`POST .../fork`: its checkpoint, the
-  workspace copied, then the source and the fork restored side by side), until the fork
-  answers, then again once the source is paused (no checkpoint, one restore); each fork's
-  state is checked;
-- the timeline of each (the sandbox object's `timeline`: the steps the server, the
-  supervisor and runsc took), and beside them a bare `runsc checkpoint` and `runsc restore`
-  of a container holding the same state (``bench/runsc_bare.py``): gVisor's own share.
+- sleep at its floor, per state size: a gvisor sandbox holding N MB of random
+  (incompressible) bytes objects beside numpy, pandas and IPython, in ``--rounds`` rounds
+  each of: pause (`POST .../pause`: runsc checkpoint, the process ends), a fork of the
+  paused sandbox (until the fork answers), resume (`POST .../resume`: a new supervisor,
+  runsc restore, a ping); and, alternating with them, a bare runsc checkpoint and restore
+  (to its first answer) of a container holding the same state (``bench/runsc_bare.py``),
+  placed in the host's group, beside the sandboxes, and beside them under a 1-CPU quota;
+  the p50 of each, the ratio to the floor (target: at most 1.25x), every fork's and
+  resume's state checked;
+- the timeline of each of ours (the answer's `timeline`: the steps the server, the
+  supervisor and runsc took), medians over the rounds, beside the bare container's steps.
 
-Nothing is asserted; the numbers go to stdout as a table and to bench/results/gvisor.json.
+Nothing is asserted; the numbers go to stdout as tables and to bench/results/gvisor.json.
 """
 
 from __future__ import annotations
