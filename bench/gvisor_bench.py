@@ -1,25 +1,25 @@
 """Benchmark 9: the gVisor tier beside the bwrap tier, and pause/resume of gVisor sandboxes.
 
-`python -m bench.gvisor_bench [--state-dir DIR] [--reps N] [--sizes 100,300]`
+`python -m bench.gvisor_bench [--state-dir DIR] [--reps N] [--sizes 100,300] [--rounds 3]`
 
 One server of its own (no warm pool, so both tiers pay a cold create), both tiers measured
 in the same run, alternately:
 
 - create: POST /v1/sandboxes until the sandbox answers, bwrap vs gvisor (cold: no pool);
 - trivial cell: `1` executed on a running sandbox, p50 per tier, and their ratio;
-- pause/resume per 100 MB of interpreter state: a gvisor sandbox holding N MB of bytes
-  random (incompressible) bytes objects is paused (`POST .../pause`: runsc checkpoint, the process ends) and resumed
-  (`POST .../resume`: a new supervisor, runsc restore, a ping); the time of each, the
-  checkpoint's size, and the sandbox cgroup's memory before the pause and after the resume;
-- fork per 100 MB: the same running sandbox forked (`POST .../fork`: its checkpoint, the
-  workspace copied, then the source and the fork restored side by side), until the fork
-  answers, then again once the source is paused (no checkpoint, one restore); each fork's
-  state is checked;
-- the timeline of each (the sandbox object's `timeline`: the steps the server, the
-  supervisor and runsc took), and beside them a bare `runsc checkpoint` and `runsc restore`
-  of a container holding the same state (``bench/runsc_bare.py``): gVisor's own share.
+- sleep at its floor, per state size: a gvisor sandbox holding N MB of random
+  (incompressible) bytes objects beside numpy, pandas and IPython, in ``--rounds`` rounds
+  each of: pause (`POST .../pause`: runsc checkpoint, the process ends), a fork of the
+  paused sandbox (until the fork answers), resume (`POST .../resume`: a new supervisor,
+  runsc restore, a ping); and, alternating with them, a bare runsc checkpoint and restore
+  (to its first answer) of a container holding the same state (``bench/runsc_bare.py``),
+  placed in the host's group, beside the sandboxes, and beside them under a 1-CPU quota;
+  the p50 of each, the ratio to the floor (target: at most 1.25x), every fork's and
+  resume's state checked;
+- the timeline of each of ours (the answer's `timeline`: the steps the server, the
+  supervisor and runsc took), medians over the rounds, beside the bare container's steps.
 
-Nothing is asserted; the numbers go to stdout as a table and to bench/results/gvisor.json.
+Nothing is asserted; the numbers go to stdout as tables and to bench/results/gvisor.json.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def p50(values):
     return statistics.median(values) if values else None
 
 
-def run(state_dir: str, reps: int, sizes: list[int]) -> dict:
+def run(state_dir: str, reps: int, sizes: list[int], rounds: int = 3) -> dict:
     server = BenchServer(state_dir, pool_size=0)
     server.start()
     load = HostLoad()
@@ -71,7 +71,7 @@ def run(state_dir: str, reps: int, sizes: list[int]) -> dict:
                 out["create_ratio"] = out["create_s"]["gvisor"] / out["create_s"]["bwrap"]
                 out["trivial_cell_ratio"] = out["trivial_cell_ms"]["gvisor"] / out["trivial_cell_ms"]["bwrap"]
             for mb in sizes:
-                out["pause"].append(measure_state(c, server, mb))
+                out["pause"].append(measure_state(c, server, mb, rounds))
     finally:
         server.stop()
     out["host_load"] = load.finish()
@@ -87,51 +87,102 @@ def steps(answer: dict) -> list:
     return (answer.get("timeline") or {}).get("steps", [])
 
 
-def measure_state(c, server: BenchServer, mb: int) -> dict:
-    """Pause, resume, fork (running, then paused) of one sandbox holding ``mb`` MB, each with
-    the server's timeline of its steps; then a bare runsc checkpoint/restore of the same size."""
+def median_steps(timelines: list[list]) -> list:
+    """Each step's median over the rounds, in the order of the first round's steps."""
+    names = [name for name, _ in timelines[0]] if timelines else []
+    return [[name, round(p50([dict(t).get(name, 0.0) for t in timelines]), 3)] for name in names]
+
+
+# The same state in the sandbox and in the bare container: an interpreter holding numpy,
+# pandas and IPython (the sandbox's runtime is IPython) and ``mb`` MB of random bytes.
+HELD_MODULES = ["numpy", "pandas", "IPython"]
+
+
+def measure_state(c, server: BenchServer, mb: int, rounds: int) -> dict:
+    """``rounds`` rounds, each: our pause, a fork of the paused sandbox, our resume (to its
+    answer), and a bare runsc checkpoint and restore of the same state (the floor), the two
+    in alternating order. Each of ours carries the server's timeline of its steps."""
     sid = create(c, isolation="gvisor", memory_mb=max(1024, mb * 3 + 512))["id"]
-    execute(c, sid, f"import os; blobs = [os.urandom(1 << 20) for i in range({mb})]")  # incompressible
+    execute(c, sid, f"import numpy, pandas, os; blobs = [os.urandom(1 << 20) for i in range({mb})]")  # incompressible
     bundle = json.loads((server.sandbox_dir(sid) / "bundle" / "config.json").read_text())
-    preloaded = json.loads((server.sandbox_dir(sid) / "state.json").read_text())["runtime"]["preloaded"]
     before = c.get(f"/v1/sandboxes/{sid}").json().get("memory_bytes")
-    pause_s, paused = timed(lambda: c.post(f"/v1/sandboxes/{sid}/pause").json())
-    resume_s, resumed = timed(lambda: c.post(f"/v1/sandboxes/{sid}/resume").json())
+    ours = {"pause": [], "paused_fork": [], "resume": []}
+    timelines: dict[str, list] = {k: [] for k in ours}
+    bare: dict[str, list[dict]] = {placement: [] for placement in runsc_bare.PLACEMENTS}
+    checks = []
+    checkpoint: dict = {}
+    for i in range(rounds):
+        def our_round():
+            nonlocal checkpoint
+            seconds, paused = timed(lambda: c.post(f"/v1/sandboxes/{sid}/pause").json())
+            ours["pause"].append(seconds)
+            timelines["pause"].append(steps(paused))
+            checkpoint = paused.get("checkpoint") or checkpoint
+            seconds, fork = timed(lambda: c.post(f"/v1/sandboxes/{sid}/fork", json={}).json())
+            ours["paused_fork"].append(seconds)
+            timelines["paused_fork"].append(steps(fork))
+            checks.append(holds(c, fork["id"], mb))
+            delete(c, fork["id"])
+            seconds, resumed = timed(lambda: c.post(f"/v1/sandboxes/{sid}/resume").json())
+            ours["resume"].append(seconds)
+            timelines["resume"].append(steps(resumed))
+            checks.append(holds(c, sid, mb))
+
+        def bare_round():
+            for placement, runs in bare.items():
+                runs.append(runsc_bare.checkpoint_restore(bundle, mb, HELD_MODULES, str(server.state_dir), placement))
+
+        for part in ((our_round, bare_round) if i % 2 == 0 else (bare_round, our_round)):
+            part()
     after = c.get(f"/v1/sandboxes/{sid}").json().get("memory_bytes")
-    intact = holds(c, sid, mb)
-    fork_s, forked = timed(lambda: c.post(f"/v1/sandboxes/{sid}/fork", json={}).json())
-    fork_intact = holds(c, forked["id"], mb)
-    delete(c, forked["id"])
-    c.post(f"/v1/sandboxes/{sid}/pause").raise_for_status()
-    paused_fork_s, paused_fork = timed(lambda: c.post(f"/v1/sandboxes/{sid}/fork", json={}).json())
-    paused_fork_intact = holds(c, paused_fork["id"], mb)
-    delete(c, paused_fork["id"])
     delete(c, sid)
-    bare = runsc_bare.checkpoint_restore(bundle, mb, preloaded, str(server.state_dir))
-    cp = paused.get("checkpoint") or {}
-    per100 = 100 / mb
-    return {
-        "state_mb": mb, "pause_s": round(pause_s, 2), "resume_s": round(resume_s, 2),
-        "pause_s_per_100mb": round(pause_s * per100, 2), "resume_s_per_100mb": round(resume_s * per100, 2),
-        "checkpoint_mb": round(cp.get("size_bytes", 0) / 1e6, 1), "checkpoint_s": cp.get("seconds"),
-        "memory_before_mb": round((before or 0) / 1e6, 1), "memory_after_resume_mb": round((after or 0) / 1e6, 1),
-        "state_intact": intact, "resumed_state": resumed.get("state"),
-        "fork_s": round(fork_s, 2), "fork_s_per_100mb": round(fork_s * per100, 2), "fork_intact": fork_intact,
-        "paused_fork_s": round(paused_fork_s, 2), "paused_fork_s_per_100mb": round(paused_fork_s * per100, 2),
-        "paused_fork_intact": paused_fork_intact,
-        "bare_runsc": bare,
-        "bare_checkpoint_s_per_100mb": round(bare["checkpoint_s"] * per100, 2),
-        "bare_restore_s_per_100mb": round(bare["restore_s"] * per100, 2),
-        "timelines": {"pause": steps(paused), "resume": steps(resumed), "fork_running": steps(forked),
-                      "fork_paused": steps(paused_fork)},
-    }
+    floors = {placement: {"pause": p50([b["pause_s"] for b in runs]),
+                          "restore": p50([b["restore_to_answer_s"] for b in runs])} for placement, runs in bare.items()}
+    floor = floors["host"]
+    row = {"state_mb": mb, "rounds": rounds, "state_intact": all(checks),
+           "checkpoint_mb": round(checkpoint.get("size_bytes", 0) / 1e6, 1),
+           "memory_before_mb": round((before or 0) / 1e6, 1), "memory_after_resume_mb": round((after or 0) / 1e6, 1),
+           "bare_runsc": bare, "bare_image_mb": bare["host"][0]["image_mb"] if rounds else None,
+           "bare_pause_s": floor["pause"], "bare_restore_to_answer_s": floor["restore"], "bare_by_placement": floors,
+           "bare_steps": {placement: [[k, p50([b[k] for b in runs])] for k in
+                                      ("checkpoint_s", "container_exit_s", "restore_to_answer_s")]
+                          for placement, runs in bare.items()},
+           "timelines": {k: median_steps(v) for k, v in timelines.items()}}
+    for name, samples in ours.items():
+        row[f"{name}_s"] = round(p50(samples), 3)
+        row[f"{name}_samples"] = [round(s, 3) for s in samples]
+        kind = "pause" if name == "pause" else "restore"
+        row[f"{name}_ratio"] = round(p50(samples) / floor[kind], 2)
+        row[f"{name}_ratio_beside"] = round(p50(samples) / floors["beside"][kind], 2)
+    return row
 
 
 def print_timelines(rows: list[dict]) -> None:
     for row in rows:
         for name, timeline in row["timelines"].items():
-            print(f"\n{name}, {row['state_mb']} MB:")
+            print(f"\n{name}, {row['state_mb']} MB (median of {row['rounds']}):")
             print(markdown_table(["step", "s"], [[step, f"{s:.3f}"] for step, s in timeline]))
+        for placement, bare_steps in row["bare_steps"].items():
+            print(f"\nbare runsc ({placement}), {row['state_mb']} MB (median of {row['rounds']}):")
+            print(markdown_table(["step", "s"], [[step, f"{s:.3f}"] for step, s in bare_steps]))
+
+
+def print_floor(rows: list[dict]) -> None:
+    """Ours against the floor measured in the same run (target: at most 1.25x), and against
+    the same bare container placed beside the sandboxes, without and with their quota."""
+    lines = []
+    for row in rows:
+        for name, kind, what in (("pause", "pause", "checkpoint + exit"), ("resume", "restore", "restore to answer"),
+                                 ("paused_fork", "restore", "restore to answer")):
+            floors = row["bare_by_placement"]
+            ratio = row[f"{name}_ratio"]
+            lines.append([f"{name}, {row['state_mb']} MB", f"{row[f'{name}_s']:.2f}",
+                          f"{floors['host'][kind]:.2f} ({what})", f"{ratio:.2f}x", "yes" if ratio <= 1.25 else "no",
+                          f"{floors['beside'][kind]:.2f}", f"{row[f'{name}_ratio_beside']:.2f}x",
+                          f"{floors['beside_quota'][kind]:.2f}"])
+    print(markdown_table(["", "ours, s (p50)", "bare runsc, s (p50)", "ratio", "<= 1.25x",
+                          "bare beside sandboxes, s", "ratio", "bare beside, 1-CPU quota, s"], lines))
+    print()
 
 
 def print_tiers(result: dict) -> None:
@@ -149,15 +200,15 @@ def main() -> None:
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--sizes", default="100,300")
+    parser.add_argument("--rounds", type=int, default=3, help="pause/fork/resume rounds per size, each beside a bare one")
     args = parser.parse_args()
-    result = run(args.state_dir, args.reps, [int(s) for s in args.sizes.split(",")])
+    result = run(args.state_dir, args.reps, [int(s) for s in args.sizes.split(",")], args.rounds)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "gvisor.json").write_text(json.dumps(result, indent=1))
     if args.reps:
         print_tiers(result)
-    keys = ["state_mb", "pause_s_per_100mb", "bare_checkpoint_s_per_100mb", "resume_s_per_100mb",
-            "bare_restore_s_per_100mb", "checkpoint_mb", "memory_before_mb", "memory_after_resume_mb",
-            "state_intact", "fork_s_per_100mb", "fork_intact", "paused_fork_s_per_100mb", "paused_fork_intact"]
+    print_floor(result["pause"])
+    keys = ["state_mb", "checkpoint_mb", "bare_image_mb", "memory_before_mb", "memory_after_resume_mb", "state_intact"]
     print(markdown_table(keys, [[str(row[k]) for k in keys] for row in result["pause"]]))
     print_timelines(result["pause"])
     print("\nhost load:", json.dumps(result["host_load"]))

@@ -1,11 +1,22 @@
-"""The baseline of benchmark 9's pause and resume: bare ``runsc checkpoint`` and ``runsc restore``.
+"""The floor of benchmark 9's pause and resume: bare ``runsc checkpoint`` and ``runsc restore``.
 
 A container of our own, outside the server, on the same pinned root filesystem and
 interpreter as a sandbox (read from a live sandbox's bundle), with the same runsc flags
 (``--platform ptrace --network none --ignore-cgroups``), holding the same N MB of random
 bytes objects and the modules the sandbox's runtime preloads (numpy, pandas, ... : its
-checkpoint holds them too). What it times is gVisor's own share of a pause and a resume: whatever our
-pause or resume takes beyond it is ours.
+checkpoint holds them too). It runs as a sandbox's runtime does: ``runsc run`` (and later
+``runsc restore``) in the foreground, the process's stdin and stdout two host pipes, the
+process blocked reading stdin; so "restore" is timed as a resume is, to the first answer
+(a line written to the restored process and echoed back), and "checkpoint" includes the
+foreground ``runsc run`` exiting, as a pause does. What it times is gVisor's own share of
+a pause and a resume: whatever ours takes beyond it is ours.
+
+``placement`` says where the container runs: ``host`` (the benchmark's own cgroup, the floor
+of the issue), ``beside`` (a cgroup of its own where the server puts its sandboxes', under
+the shared ``sandbox-kernel`` group, no quota) or ``beside_quota`` (the same with a
+sandbox's CPU quota of 1 CPU). On a busy host the ``sandbox-kernel`` group has one share
+of the CPU against every process of the host's own group, so the three apart say how much
+of a gap is the placement, how much the quota, and how much is ours.
 """
 
 from __future__ import annotations
@@ -18,12 +29,17 @@ import subprocess
 import tempfile
 import time
 
-HOLD = ("import os, time\n"
+from sandbox.isolation import cgroups
+
+PLACEMENTS = ("host", "beside", "beside_quota")
+
+HOLD = ("import os, sys\n"
         "{imports}"
         "blobs = [os.urandom(1 << 20) for i in range({mb})]\n"
-        "open('/out/ready', 'w').close()\n"
-        "while True:\n"
-        "    time.sleep(3600)\n")
+        "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
+        "for line in sys.stdin:\n"
+        "    sys.stdout.write(line); sys.stdout.flush()\n")
+FLAGS = ("--platform", "ptrace", "--network", "none", "--ignore-cgroups")
 
 
 def _runsc(root: str, *args: str, timeout: float = 600) -> float:
@@ -31,8 +47,8 @@ def _runsc(root: str, *args: str, timeout: float = 600) -> float:
     container inherits runsc's stdio and would hold a pipe open after runsc returns."""
     with tempfile.TemporaryFile() as log:
         t0 = time.perf_counter()
-        r = subprocess.run(["runsc", "--root", root, "--platform", "ptrace", "--network", "none", "--ignore-cgroups",
-                            *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=timeout)
+        r = subprocess.run(["runsc", "--root", root, *FLAGS, *args], stdin=subprocess.DEVNULL, stdout=log,
+                           stderr=log, timeout=timeout)
         seconds = time.perf_counter() - t0
         if r.returncode != 0:
             log.seek(0)
@@ -63,25 +79,69 @@ def _bundle(work: pathlib.Path, theirs: dict, mb: int, preloaded: list[str]) -> 
     return bundle
 
 
-def checkpoint_restore(sandbox_bundle: dict, mb: int, preloaded: list[str], scratch: str | None = None) -> dict:
-    """Seconds of a bare checkpoint and restore of a container holding ``mb`` MB, the image's size."""
+def _foreground(root: str, group: cgroups.SandboxCgroup | None, *args: str) -> subprocess.Popen:
+    """``runsc run`` or ``runsc restore`` attached, as a sandbox's supervisor runs them (in
+    ``group`` when there is one: the Sentry and the gofer start in runsc's group)."""
+    return subprocess.Popen(["runsc", "--root", root, *FLAGS, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            preexec_fn=group.join if group is not None else None)
+
+
+def _group(placement: str) -> cgroups.SandboxCgroup | None:
+    if placement == "host":
+        return None
+    support = cgroups.detect()
+    if support.version is None:
+        raise RuntimeError(f"no cgroup for the bare container here: {support.reason}")
+    group = cgroups.SandboxCgroup(support, f"bare-{os.getpid()}-{time.monotonic_ns()}")
+    group.create(None, None, 1.0 if placement == "beside_quota" else None)
+    return group
+
+
+def _answer(proc: subprocess.Popen, line: bytes | None) -> None:
+    """Write ``line`` (None: nothing) and wait for its echo (or the first line)."""
+    if line is not None:
+        proc.stdin.write(line)
+        proc.stdin.flush()
+    got = proc.stdout.readline()
+    if not got or (line is not None and got != line):
+        raise RuntimeError(f"the bare container answered {got!r}, exit code {proc.poll()}")
+
+
+def checkpoint_restore(sandbox_bundle: dict, mb: int, preloaded: list[str], scratch: str | None = None,
+                       placement: str = "host") -> dict:
+    """Seconds of a bare checkpoint (until the attached ``runsc run`` exited) and restore
+    (until the restored process answered) of a container holding ``mb`` MB; the image's size."""
     work = pathlib.Path(tempfile.mkdtemp(prefix="runsc-bare-", dir=scratch))
-    root, cid, image = str(work / "root"), f"bare-{os.getpid()}", work / "image"
+    root, cid, image = str(work / "root"), f"bare-{os.getpid()}-{time.monotonic_ns()}", work / "image"
+    procs = []
+    group = _group(placement)
     try:
         bundle = _bundle(work, sandbox_bundle, mb, preloaded)
-        _runsc(root, "run", "--detach", "--bundle", str(bundle), cid)
-        deadline = time.monotonic() + 300
-        while not (work / "out" / "ready").exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the bare container did not fill its memory within 300 s")
-            time.sleep(0.05)
+        procs.append(_foreground(root, group, "run", "--bundle", str(bundle), cid))
+        _answer(procs[0], None)  # its 'ready': the memory is filled
+        _answer(procs[0], b"ping\n")
+        t0 = time.perf_counter()
         checkpoint_s = _runsc(root, "checkpoint", "--image-path", str(image), cid)
+        procs[0].wait(timeout=60)
+        exit_s = time.perf_counter() - t0 - checkpoint_s
         size = sum(f.stat().st_size for f in image.iterdir())
-        delete_s = _runsc(root, "delete", "--force", cid)
-        restore_s = _runsc(root, "restore", "--detach", "--image-path", str(image), "--bundle", str(bundle), cid)
-        return {"checkpoint_s": round(checkpoint_s, 3), "restore_s": round(restore_s, 3),
-                "delete_s": round(delete_s, 3), "image_mb": round(size / 1e6, 1)}
+        shutil.rmtree(root, ignore_errors=True)  # as a pause does: runsc's record forgotten, no `runsc delete`
+        t0 = time.perf_counter()
+        procs.append(_foreground(root, group, "restore", "--image-path", str(image), "--bundle", str(bundle), cid))
+        _answer(procs[1], b"ping\n")
+        restore_s = time.perf_counter() - t0
+        return {"placement": placement, "checkpoint_s": round(checkpoint_s, 3), "container_exit_s": round(exit_s, 3),
+                "pause_s": round(checkpoint_s + exit_s, 3), "restore_to_answer_s": round(restore_s, 3),
+                "image_mb": round(size / 1e6, 1)}
     finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         subprocess.run(["runsc", "--root", root, "delete", "--force", cid], stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
         shutil.rmtree(work, ignore_errors=True)
+        if group is not None:
+            group.kill_all()
+            group.remove()

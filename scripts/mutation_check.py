@@ -123,7 +123,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "tests/kernel/test_kernel.py::test_interrupt_while_the_cell_waits_for_the_server_gives_keyboardinterrupt"),
     mutation("pool-readoption", "putting re-adopted warm sandboxes back in the pool",
              "sandbox/core/readoption.py",
-             "                self.pool.add(handle.image, sandbox_id)\n",
+             "                self.pool.add(handle.image, sandbox_id, spec.get(\"isolation_backend\") or V.BWRAP)\n",
              "                pass\n",
              REL + "test_rel_restart.py::test_a_restarted_server_claims_the_pooled_sandbox_it_readopted[bwrap]"),
     mutation("network-namespace", "the sandbox's own network namespace",

@@ -203,9 +203,10 @@ class SandboxManager:
         claim = {"op": "claim", "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
                  "metadata": request.get("metadata") or {}, "limits": limits}
         with self.ledger.reserving(limits, owner):
-            # A warm sandbox was launched without egress: a policy needs a launch of its own.
-            pooled_ok = egress is None and backend == V.BWRAP
-            handle = await self.pool.claim(image, limits, claim) if pooled_ok else None
+            # A warm sandbox was launched without egress and ends when idle: a policy, or a
+            # gVisor sandbox asked to pause when idle, needs a launch of its own.
+            pooled_ok = egress is None and (request.get("on_idle") or V.ON_IDLE_DELETE) == V.ON_IDLE_DELETE
+            handle = await self.pool.claim(image, limits, claim, backend) if pooled_ok else None
             if handle is None:
                 handle = await self.launcher.spawn(image, limits, ttl, max_life, pooled=False,
                                                    metadata=claim["metadata"], egress=egress, owner=owner,

@@ -85,7 +85,7 @@ class Readoption:
             self.registry.live[sandbox_id] = handle
             await self.egress.reopen(sandbox_id, d, spec, spec.get("uid"))
             if handle.record.get("state") == V.POOLED:
-                self.pool.add(handle.image, sandbox_id)
+                self.pool.add(handle.image, sandbox_id, spec.get("isolation_backend") or V.BWRAP)
             log.info("re-attached to sandbox %s (%s)", sandbox_id, handle.record.get("state"))
             if link is not None:  # ended at once if its process exited while we were down
                 tenancy.watch(sandbox_id, link, self.caller_exited)

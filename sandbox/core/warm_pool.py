@@ -4,6 +4,13 @@ A pooled sandbox is nobody's yet: it is hidden from listings, counts against no 
 and is ended when the server stops or its image is removed. A create whose limits a pooled
 sandbox can take (the same fixed limits; cgroup-set ones may change) claims it instead of
 waiting for a start.
+
+Each isolation tier has its own queues (``pool_size`` for bwrap, ``gvisor_pool_size`` for
+gVisor): a gVisor sandbox boots its own kernel, about 2-4 s here against well under one for
+bwrap, so a gVisor create that had to wait for that boot was the slow way into a notebook.
+A pooled gVisor sandbox is made as a cold one is (its own uid, cgroup, workspace image and
+runsc container) and claimed the same way; its ``pids`` is fixed at launch (the Sentry's
+RLIMIT_NPROC in its bundle), so a create must ask for the pool's.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from typing import Callable
 
 from .config import ServiceConfig
 from ..common.errors import ApiError
+from ..isolation import gvisor
 from .handles import Handle
 from ..images.images import ImageStore
 from .launcher import Launcher
 from .registry import Registry
+from ..runtime import vocabulary as V
 from .supervisor_calls import SupervisorCalls
 
 log = logging.getLogger("sandbox.core.manager")
@@ -48,21 +57,31 @@ class WarmPool:
         self.launcher = launcher
         self.calls = calls
         self.may_fill = may_fill  # False while the server stops or the node drains
-        self.queues: dict[str, deque[str]] = {}  # image -> ids of its pooled sandboxes, oldest first
+        # tier -> image -> ids of its pooled sandboxes, oldest first
+        self.tiers: dict[str, dict[str, deque[str]]] = {V.BWRAP: {}, V.GVISOR: {}}
         self._refill = asyncio.Event()
 
-    def target(self, image: str) -> int:
+    @property
+    def queues(self) -> dict[str, deque[str]]:
+        """The bwrap tier's queues (the default tier)."""
+        return self.tiers[V.BWRAP]
+
+    def target(self, image: str, backend: str = V.BWRAP) -> int:
+        if backend == V.GVISOR:
+            if image != self.config.default_image or self.config.gvisor_pool_size <= 0:
+                return 0
+            return self.config.gvisor_pool_size if gvisor.available()[0] else 0
         if image in self.config.pool_sizes:
             return int(self.config.pool_sizes[image])
         return self.config.pool_size if image == self.config.default_image else 0
 
-    def add(self, image: str, sandbox_id: str) -> None:
+    def add(self, image: str, sandbox_id: str, backend: str = V.BWRAP) -> None:
         """A pooled sandbox found again after a restart."""
-        self.queues.setdefault(image, deque()).append(sandbox_id)
+        self.tiers[backend].setdefault(image, deque()).append(sandbox_id)
 
     def take_image(self, image: str) -> list[str]:
-        """Forget an image's queue (its image goes); the ids it held, for the caller to end."""
-        return list(self.queues.pop(image, []))
+        """Forget an image's queues (its image goes); the ids they held, for the caller to end."""
+        return [i for queues in self.tiers.values() for i in queues.pop(image, [])]
 
     def refill_soon(self) -> None:
         self._refill.set()
@@ -85,24 +104,35 @@ class WarmPool:
                 pass
 
     async def _fill(self) -> None:
-        for info in self.images.list():
-            image = info["name"]
-            queue = self.queues.setdefault(image, deque())
-            self.queues[image] = deque(i for i in queue if i in self.registry.live)
-            while len(self.queues[image]) < self.target(image) and self.may_fill():
-                limits = self.config.default_limits()
-                handle = await self.launcher.spawn(image, limits, self.config.pool_idle_seconds,
-                                                   self.config.pool_idle_seconds, pooled=True)
-                self.queues[image].append(handle.id)
+        """The bwrap tier first (its sandboxes start fastest and most creates ask for it)."""
+        for backend, queues in self.tiers.items():
+            for info in self.images.list():
+                image = info["name"]
+                queues[image] = deque(i for i in queues.get(image, ()) if i in self.registry.live)
+                while len(queues[image]) < self.target(image, backend) and self.may_fill():
+                    limits = self.config.default_limits()
+                    handle = await self.launcher.spawn(image, limits, self.config.pool_idle_seconds,
+                                                       self.config.pool_idle_seconds, pooled=True, isolation=backend)
+                    queues[image].append(handle.id)
 
     def status(self) -> dict:
-        return {name: {"ready": len([i for i in q if i in self.registry.live]), "target": self.target(name),
-                       "preload": (self.images.get(name) or {}).get("preload", [])}
-                for name, q in self.queues.items()}
+        """Per image, the bwrap tier's count, and the gVisor tier's under ``gvisor`` where it has one."""
+        def count(queue) -> int:
+            return len([i for i in queue if i in self.registry.live])
 
-    async def claim(self, image: str, limits: dict, claim: dict) -> Handle | None:
-        """A pooled sandbox of ``image`` made the caller's by the ``claim`` request, or None."""
-        queue = self.queues.get(image)
+        out = {name: {"ready": count(q), "target": self.target(name),
+                      "preload": (self.images.get(name) or {}).get("preload", [])}
+               for name, q in self.queues.items()}
+        for name, q in self.tiers[V.GVISOR].items():
+            if q or self.target(name, V.GVISOR):
+                entry = out.setdefault(name, {"ready": 0, "target": self.target(name),
+                                              "preload": (self.images.get(name) or {}).get("preload", [])})
+                entry[V.GVISOR] = {"ready": count(q), "target": self.target(name, V.GVISOR)}
+        return out
+
+    async def claim(self, image: str, limits: dict, claim: dict, backend: str = V.BWRAP) -> Handle | None:
+        """A pooled sandbox of ``image`` and ``backend`` made the caller's by the ``claim`` request, or None."""
+        queue = self.tiers[backend].get(image)
         while queue:
             sandbox_id = queue.popleft()
             handle = self.registry.live.get(sandbox_id)

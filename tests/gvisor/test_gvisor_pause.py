@@ -201,3 +201,31 @@ def test_a_pause_leaves_every_written_byte_in_the_workspace_on_disk(api, new_san
     assert on_disk == {"open.txt": "still open " * 1000, "closed.txt": "closed"}, {k: v[:40] for k, v in on_disk.items()}
     assert support.stream_text(support.ok(support.execute(api, sid, "f.write('after'); f.close(); "
                                                                     "print(len(open('open.txt').read()))"))) == "11005\n"
+
+
+def cpu_quota(server, sandbox_id: str) -> str | None:
+    """The sandbox cgroup's CPU quota as the host kernel enforces it (None: no cpu group)."""
+    record = json.loads((support.sandbox_dir(server, sandbox_id) / "state.json").read_text())
+    for d in record.get("cgroup_dirs") or []:
+        for name in ("cpu.cfs_quota_us", "cpu.max"):
+            path = os.path.join(d, name)
+            if os.path.exists(path):
+                with open(path) as f:
+                    return f.read().split()[0]
+    return None
+
+
+def test_the_cpu_quota_is_back_after_a_pause_and_a_resume(api, new_sandbox, sandbox_server):
+    """A pause and a restore leave the sandbox's CPU quota as it was: once the restored
+    sandbox answers, the host kernel enforces the quota it was created with."""
+    sid = new_sandbox(isolation="gvisor", cpus=0.5)["id"]
+    support.ok(support.execute(api, sid, "x = 1"))
+    before = cpu_quota(sandbox_server, sid)
+    if before is None:
+        pytest.skip("no cpu cgroup for sandboxes on this host: the quota is not a cgroup's here")
+    assert before == ("50000" if before.isdigit() else before), before  # control: the probe reads the quota
+    pause(api, sid)
+    r = api.post(f"/v1/sandboxes/{sid}/resume")
+    assert r.status_code == 200 and r.json()["state"] == "running", r.text
+    assert cpu_quota(sandbox_server, sid) == before
+    assert support.result_text(support.ok(support.execute(api, sid, "x + 1"))) == "2"

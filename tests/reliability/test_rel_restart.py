@@ -209,7 +209,7 @@ def pooled_ids(server: support.Server) -> list[str]:
     return found
 
 
-@pytest.mark.bwrap_only(reason="the warm pool is bwrap's: gvisor sandboxes are created cold, never pooled")
+@pytest.mark.bwrap_only(reason="the suite's servers keep no gVisor pool (gvisor_pool_size 0, the default); tests/gvisor/test_gvisor_pool.py covers that tier's pool")
 def test_a_restarted_server_claims_the_pooled_sandbox_it_readopted(spawn_server):
     """Warm sandboxes outlive a server like claimed ones do: the next server must put them
     back in its pool, so the first create after a restart is a claim, not a boot (and the
