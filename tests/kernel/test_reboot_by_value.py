@@ -120,6 +120,7 @@ def test_a_sandbox_asleep_by_value_at_the_reboot_wakes_under_its_id(start_kernel
     assert run.status == "ok", run.errors
     assert run.result_text() == BACK
     note = run.notes
+    print(note, flush=True)  # the wake's time, for the record (-s)
     assert f"this notebook's sandbox {sid} was asleep since" in note and "restored by value" in note, note
     assert "not restored: log (_io.TextIOWrapper" in note, note
     assert sandbox_id(kc) == sid
