@@ -26,6 +26,7 @@ from sandbox.client.async_client import hold as hold_on_server
 from sandbox.runtime import vocabulary as V
 
 from .binding import NotebookLease, notebook_from_env
+from . import saved_state
 from .outputs import format_duration
 
 FRESH_HINT = "for a fresh one: %sandbox new, or Restart kernel"
@@ -170,7 +171,7 @@ class NotebookKeeper:
             except BaseException:
                 await sbx.close()
                 raise
-        self.note = reattached_note(sbx.info, was_paused)
+        self.note = saved_state.woke_by_value_note(sbx.info) or reattached_note(sbx.info, was_paused)
         return sbx
 
     def bind(self, sbx: AsyncSandbox) -> None:

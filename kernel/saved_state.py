@@ -87,6 +87,16 @@ async def to_restore(keeper: t.Any, config: ServerConfig) -> str | None:
     return (await newest_save(config, label) or {}).get("id")
 
 
+def woke_by_value_note(info: t.Any) -> str | None:
+    """What a kept sandbox's resume said when it slept by value (the bwrap tier's sleep: a new
+    process, the variables loaded from the save it slept with): None for any other resume,
+    whose variables are all still there."""
+    note = info.raw.get("wake_note")
+    if not isinstance(note, str) or "restored by value" not in note:
+        return None
+    return f"this notebook's sandbox {info.id} " + note.strip().removeprefix("[sandbox: it ").removesuffix("]") + "\n"
+
+
 def metadata(keeper: t.Any) -> dict[str, str]:
     """The sandbox's metadata that names its notebook's saves (the server's own saves at the
     sandbox's end take this label, so the next kernel finds them)."""

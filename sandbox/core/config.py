@@ -21,6 +21,7 @@ NODE_ID = re.compile(r"[a-z0-9]([a-z0-9.-]{0,38}[a-z0-9])?")
 DEFAULT_PORT = 8765
 DAY = 86400
 SLEEP_AFTER_ENV = "SANDBOX_KERNEL_GVISOR_SLEEP_AFTER"
+BWRAP_SLEEP_AFTER_ENV = "SANDBOX_KERNEL_BWRAP_SLEEP_AFTER"
 
 
 class ServiceConfig(Configurable):
@@ -45,6 +46,12 @@ class ServiceConfig(Configurable):
                                      "checkpointed to disk) and woken by its next call; its TTL and maximum "
                                      "lifetime run on as if it were up. 0: never (default 600, or "
                                      f"{SLEEP_AFTER_ENV}).").tag(config=True)
+    bwrap_sleep_after_seconds = Int(help="A bwrap sandbox whose metadata names a save_label (a notebook's kept "
+                                    "sandbox: the kernel sets one) with no call for this long is put to sleep "
+                                    "by value: its namespace saved under that label, its processes ended; its "
+                                    "next call starts a new runtime under the same id and loads the save (open "
+                                    "files, sockets, threads are named as lost). 0: never (default 600, or "
+                                    f"{BWRAP_SLEEP_AFTER_ENV}).").tag(config=True)
 
     memory_mb = Int(1024).tag(config=True)
     cpus = Float(1.0).tag(config=True)
@@ -186,16 +193,16 @@ class ServiceConfig(Configurable):
 
     @default("gvisor_sleep_after_seconds")
     def _sleep_after_default(self):
-        value = os.environ.get(SLEEP_AFTER_ENV, "").strip()
-        try:
-            return int(value) if value else 600
-        except ValueError:
-            raise TraitError(f"{SLEEP_AFTER_ENV}={value!r}: a whole number of seconds (0: never)") from None
+        return _seconds_from_env(SLEEP_AFTER_ENV, 600)
 
-    @validate("gvisor_sleep_after_seconds")
+    @default("bwrap_sleep_after_seconds")
+    def _bwrap_sleep_after_default(self):
+        return _seconds_from_env(BWRAP_SLEEP_AFTER_ENV, 600)
+
+    @validate("gvisor_sleep_after_seconds", "bwrap_sleep_after_seconds")
     def _check_sleep_after(self, proposal):
         if proposal["value"] < 0:
-            raise TraitError("gvisor_sleep_after_seconds: 0 (never) or more seconds")
+            raise TraitError(f"{proposal['trait'].name}: 0 (never) or more seconds")
         return proposal["value"]
 
     @default("token")
@@ -231,3 +238,13 @@ class ServiceConfig(Configurable):
             "file_bytes": self.file_max_bytes,
             "timeout_seconds": self.execute_timeout_seconds,
         }
+
+
+def _seconds_from_env(name: str, fallback: int) -> int:
+    """A sleep-after's default: the environment's (a kernel's embedded server is configured
+    that way), else ``fallback``."""
+    value = os.environ.get(name, "").strip()
+    try:
+        return int(value) if value else fallback
+    except ValueError:
+        raise TraitError(f"{name}={value!r}: a whole number of seconds (0: never)") from None

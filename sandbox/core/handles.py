@@ -105,4 +105,9 @@ def describe(handle: Handle, egress: dict | None, sleeps_at: float | None = None
         out["sleeps_at"] = statefile.iso(sleeps_at)
         out["checkpoint"] = record.get("checkpoint")
         out["timeline"] = record.get("timeline")  # the last pause, resume or fork's steps (timeline.py)
+    elif sleeps_at is not None or record.get("state") == V.PAUSED:  # bwrap: it sleeps by value (value_sleep.py)
+        out["paused_at"] = record.get("paused_at")
+        out["paused_by"] = record.get("paused_by") if record.get("state") == V.PAUSED else None
+        out["sleeps_at"] = statefile.iso(sleeps_at)
+        out[V.BY_VALUE] = record.get(V.BY_VALUE) if record.get("state") == V.PAUSED else None
     return out

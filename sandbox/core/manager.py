@@ -10,7 +10,8 @@ no state of a sandbox of its own; each job has one part:
 - ``admission``: the gate (stopping, draining) and the capacity claimed sandboxes hold;
 - ``pause_resume.PauseResume``: checkpoints, restores and forks (gVisor);
 - ``reaper.Reaper``: the once-a-second clock (ended supervisors, paused lifetimes, tombstones);
-- ``sleeper.Sleeper``: idle gVisor sandboxes paused after ``gvisor_sleep_after_seconds``;
+- ``sleeper.Sleeper``: idle gVisor sandboxes paused after ``gvisor_sleep_after_seconds`` (kept bwrap ones
+  put to sleep by value, value_sleep.py);
 - ``readoption.Readoption``: taking back, after a restart, what a previous server left;
 - ``saving.StateSaving``: namespaces saved by value into ``saves.SaveStore``, and loaded back;
 - ``end_saver.EndSaver``: sandboxes with a ``save_label`` saved so before their TTL or the stop ends them.
@@ -42,6 +43,7 @@ from .saving import StateSaving
 from .end_saver import EndSaver
 from .memory_pressure import MemoryPressure
 from .sleeper import Sleeper
+from .value_sleep import ValueSleep
 from .registry import Registry
 from ..runtime import vocabulary as V
 from .supervisor_calls import SupervisorCalls
@@ -74,6 +76,7 @@ class SandboxManager:
         self.saves = SaveStore(self.state_dir.saves, config.saves_max_mb * 1024 * 1024)
         self.saving = StateSaving(config, self.saves, self.calls)
         self.end_saver = EndSaver(self.registry, self.saving, self.calls, self.tenancy, config.save_seconds)
+        self.pausing.by_value = ValueSleep(self.saving, self.end_saver, self.calls, self.tenancy)
         self.pressure = MemoryPressure(config, self.registry, self.pausing, self.ledger)
         self.reaper = Reaper(self.state_dir, self.registry, self.pausing.end_paused, self.pausing.resting,
                              self._each_second)

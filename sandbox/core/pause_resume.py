@@ -29,6 +29,7 @@ from .registry import Registry
 from ..runtime import vocabulary as V
 from .supervisor_calls import SupervisorCalls
 from ..common.timeline import Timeline
+from .value_sleep import ValueSleep, sleeps_by_value
 
 log = logging.getLogger("sandbox.core.manager")
 
@@ -47,6 +48,7 @@ class PauseResume:
         self.ledger = ledger
         self.waking: dict[str, asyncio.Lock] = {}  # per paused sandbox: one restore at a time
         self.restoring: set[asyncio.Task] = set()  # sources restored after their fork answered
+        self.by_value: ValueSleep | None = None  # the bwrap tier's sleep (set by the manager)
 
     async def pause(self, handle: Handle, holding_lock: bool = False) -> None:
         """Checkpoint a gVisor sandbox (see Supervisor.pause); its supervisor then exits.
@@ -68,6 +70,10 @@ class PauseResume:
         async with lock:
             if handle.record.get("state") != V.RUNNING:
                 return False
+            if (handle.record.get("isolation") or {}).get("backend") != V.GVISOR:
+                await self.by_value.put_to_sleep(handle, idle_seconds)
+                await self.registry.wait_for_exit(handle)
+                return True
             await self._checkpoint(handle, {"op": "pause", "by": V.PAUSED_BY_IDLE, "idle_seconds": idle_seconds,
                                             "message": f"no call for {idle_seconds} s"})
         return True
@@ -117,6 +123,8 @@ class PauseResume:
                 raise ApiError(503, "unavailable", f"the paused sandbox could not be restored: {ready.get('error')}")
             handle.record = ready["state"]
             _server_share(handle.record, "resume", time.monotonic() - started)
+            if sleeps_by_value(paused):  # a new runtime: its namespace comes from the save
+                return await self.by_value.load(handle, paused, called)
         return wake_note(paused, time.monotonic() - called)
 
     async def fork(self, source: Handle, request: dict, owner: int | None = None) -> Handle:

@@ -12,6 +12,10 @@ wakes it. Asleep, its TTL and maximum lifetime run on as if it were up: ``ttl_ra
 says when the reaper ends one (``on_idle: "delete"``; with ``"pause"`` it stays paused, as
 its TTL would have left it). The pause is an ordinary one (``paused_by: "idle"``): it gives
 its memory back to the capacity ledger, and the wake asks for it again.
+
+A bwrap sandbox cannot be checkpointed: a kept notebook's one (its metadata names a
+``save_label``) sleeps by value instead, after ``bwrap_sleep_after_seconds``, under the same
+rules (value_sleep.py); any other bwrap sandbox runs until its TTL.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 from ..common import statefile
 from ..common.errors import ApiError
 from .config import ServiceConfig
+from .end_saver import LABEL_KEY
 from .handles import Handle
 from .pause_resume import PauseResume
 from .registry import Registry
@@ -43,12 +48,23 @@ def last_call(record: dict, called_at: float = 0.0) -> float | None:
     return latest or None
 
 
+def sleep_after_of(record: dict, config: ServiceConfig) -> int:
+    """The idle time after which this sandbox is put to sleep (0: never): a gVisor one by
+    checkpoint (``gvisor_sleep_after_seconds``); a bwrap one by value, only if its metadata
+    names the label its save takes (``bwrap_sleep_after_seconds``; value_sleep.py)."""
+    backend = (record.get("isolation") or {}).get("backend", V.BWRAP)
+    if backend == V.GVISOR:
+        return config.gvisor_sleep_after_seconds
+    label = (record.get("metadata") or {}).get(LABEL_KEY)
+    if backend == V.BWRAP and isinstance(label, str) and label:
+        return config.bwrap_sleep_after_seconds
+    return 0
+
+
 def sleeps_at(record: dict, called_at: float, sleep_after: int) -> float | None:
-    """When a running gVisor sandbox will be put to sleep if no call comes, or None: it
-    never will (sleep-after off, another tier, not running, its TTL ends it first)."""
+    """When a running sandbox will be put to sleep if no call comes, or None: it never will
+    (``sleep_after`` 0: off or not for its tier; not running; its TTL ends it first)."""
     if sleep_after <= 0 or record.get("state") != V.RUNNING:
-        return None
-    if (record.get("isolation") or {}).get("backend") != V.GVISOR:
         return None
     last = last_call(record, called_at)
     expires = _epoch(record.get("expires_at"))
@@ -99,7 +115,8 @@ class Sleeper:
         self.not_before: dict[str, float] = {}
 
     def sleeps_at(self, handle: Handle) -> float | None:
-        return sleeps_at(_freshest(handle), handle.called_at, self.config.gvisor_sleep_after_seconds)
+        record = _freshest(handle)
+        return sleeps_at(record, handle.called_at, sleep_after_of(record, self.config))
 
     def stop(self) -> None:
         """At shutdown: no pause is started any more (one under way ends in its supervisor)."""
@@ -107,21 +124,22 @@ class Sleeper:
             self.task.cancel()
 
     def tick(self, now: float) -> None:
-        after = self.config.gvisor_sleep_after_seconds
-        if after <= 0 or (self.task is not None and not self.task.done()):
+        if self.task is not None and not self.task.done():
             return
         live = self.registry.live
         self.not_before = {i: t for i, t in self.not_before.items() if i in live and t > now}
-        due_now = [h for h in list(live.values()) if h.id not in self.not_before and self._due(h, after, now)]
+        due_now = [h for h in list(live.values()) if h.id not in self.not_before and self._due(h, now)]
         if due_now:
-            self.task = asyncio.create_task(self._sleep(due_now, after))
+            self.task = asyncio.create_task(self._sleep(due_now))
 
-    def _due(self, handle: Handle, after: int, now: float) -> bool:
+    def _due(self, handle: Handle, now: float) -> bool:
         # The record heard last is enough to rule most out; only then is state.json read.
+        after = sleep_after_of(handle.record, self.config)
         return due(handle.record, handle.called_at, after, now) and due(_freshest(handle), handle.called_at, after, now)
 
-    async def _sleep(self, handles: list[Handle], after: int) -> None:
+    async def _sleep(self, handles: list[Handle]) -> None:
         for handle in handles:
+            after = sleep_after_of(handle.record, self.config)
             try:
                 slept = await self.pausing.put_to_sleep(handle, after)
             except ApiError as exc:

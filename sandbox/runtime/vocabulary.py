@@ -187,9 +187,14 @@ DEAD = "dead"
 EXPIRED = "expired"
 DELETED = "deleted"
 LOST = "lost"
-# A gVisor sandbox checkpointed to its state directory: no process, its memory on disk; the
-# next call restores it (a new supervisor, `runsc restore`), even after a host reboot.
+# A sandbox with no process whose next call brings it back under the same id, even after a
+# host reboot: a gVisor one checkpointed to its state directory (its memory on disk; `runsc
+# restore`), or a bwrap one put to sleep by value (its namespace in its owner's saves, its
+# workspace on disk; a new runtime loads the save). The second carries ``BY_VALUE``.
 PAUSED = "paused"
+#: The field of a paused record that says it sleeps by value (sandbox/core/value_sleep.py):
+#: the save it comes back from (id, bytes, saved and lost names); absent for a checkpoint.
+BY_VALUE = "by_value"
 
 #: Not ended: a paused sandbox is among them (it comes back), though nothing of it runs.
 LIVE_STATES = frozenset({BOOTING, POOLED, RUNNING, PAUSED})

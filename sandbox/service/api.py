@@ -295,8 +295,11 @@ async def pause(request: Request):
 async def resume(request: Request):
     manager, handle = manager_of(request), visible(request)
     with request.app.state.metrics.timing("resume"):
-        await manager.wake(handle)
-    return JSONResponse(described(request, manager.describe(handle)))
+        woke = await manager.wake(handle)
+    view = manager.describe(handle)
+    if woke:  # what the wake said (for a sleep by value: what came back and what did not)
+        view["wake_note"] = woke
+    return JSONResponse(described(request, view))
 
 
 async def fork(request: Request):

@@ -19,7 +19,7 @@ from ..runtime.protocol import ProtocolError, read_frame, write_frame
 from .commands import CommandSession, interrupt_command
 from .core import SupervisorCore
 from .execute import ANSWERED, ExecuteSession
-from .pausing import pause
+from .pausing import pause, sleep_by_value
 from .record import iso
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -92,6 +92,9 @@ class ControlServer:
     async def op_pause(self, request: dict) -> dict:
         by = request.get("by") if request.get("by") in V.PAUSED_BY else V.PAUSED_BY_REQUEST
         idle = request.get("idle_seconds")
+        if isinstance(request.get(V.BY_VALUE), dict) and isinstance(idle, (int, float)):
+            return await sleep_by_value(self.supervisor, request.get("message") or "idle", float(idle),
+                                        request[V.BY_VALUE])
         return await pause(self.supervisor, request.get("message") or "it was asked to pause", by=by,
                            idle_seconds=float(idle) if isinstance(idle, (int, float)) else None)
 

@@ -68,8 +68,11 @@ class Supervisor:
         if self.host.cgroup is not None:
             self.record["cgroup_dirs"] = self.host.cgroup_dirs
         self.mark("cgroup_and_workspace_mount")
+        # Asleep by value, there is no checkpoint: a new runtime starts (the server then loads
+        # the save into it); its isolation, workspace and record are the sandbox's own.
+        from_checkpoint = self.restoring and not self.record.get(V.BY_VALUE)
         try:
-            launched = await launch(self.dir, self.spec, self.host, isolation, restore=self.restoring)
+            launched = await launch(self.dir, self.spec, self.host, isolation, restore=from_checkpoint)
         except LaunchFailed as failed:
             self.proc = failed.launched.proc  # for teardown to end
             raise
@@ -79,8 +82,9 @@ class Supervisor:
         if self.restoring:
             if not self.slept_with_ttl_left():
                 self.record.touch()  # its idle time starts again now, not when it was paused
-        else:
+        if not from_checkpoint:
             self.record["runtime"] = {k: launched.ready.get(k) for k in ("python", "preloaded", "preload_failed")}
+        if not self.restoring:
             V.advance(self.record, V.POOLED if self.record["pooled"] else V.RUNNING)
             if self.record["state"] == V.RUNNING:
                 # The TTL counts from when the sandbox can take a cell, not from when its boot

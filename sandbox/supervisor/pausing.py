@@ -33,13 +33,15 @@ CHECKPOINT_TIMEOUT = 600.0
 RUNSC_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
-def refusal(supervisor: SupervisorCore, holding_lock: bool = False, idle_seconds: float | None = None) -> dict | None:
+def refusal(supervisor: SupervisorCore, holding_lock: bool = False, idle_seconds: float | None = None,
+            by_value: bool = False) -> dict | None:
     """The refusal a pause gets now, or None if the sandbox may pause. ``idle_seconds``: only
     if it had no call for that long (the sleeper's pause; the server's view of the last call
-    may be a second old, this record's is not)."""
+    may be a second old, this record's is not). ``by_value``: a bwrap sandbox's sleep, its
+    namespace already saved by the server."""
     record, channel = supervisor.record, supervisor.channel
     why = None
-    if supervisor.spec.get("isolation_backend") != V.GVISOR:
+    if supervisor.spec.get("isolation_backend") != V.GVISOR and not by_value:
         why = V.PAUSE_NOT_SUPPORTED, ("only gvisor sandboxes can pause (a bwrap sandbox's process lives on the host "
                                       "kernel, which cannot save it); create one with isolation \"gvisor\"")
     elif record["state"] != V.RUNNING or supervisor.finished.is_set():
@@ -117,6 +119,28 @@ async def pause(supervisor: SupervisorCore, why: str, by: str = V.PAUSED_BY_REQU
         return {"ok": True, "state": supervisor.public_state()}
 
 
+async def sleep_by_value(supervisor: SupervisorCore, why: str, idle_seconds: float, saved: dict) -> dict:
+    """A bwrap sandbox put to sleep by value: its namespace is in the save ``saved`` (made by the
+    server just before, under this same idleness); end its processes and record it paused with
+    that save, so that the server's next call starts a new runtime here and loads it. Refused,
+    like a checkpoint, if a call came since (the save would miss what it did)."""
+    refused = refusal(supervisor, idle_seconds=idle_seconds, by_value=True)
+    if refused is not None:
+        return refused
+    async with supervisor.exec_lock:
+        refused = refusal(supervisor, holding_lock=True, idle_seconds=idle_seconds, by_value=True)
+        if refused is not None:
+            return refused
+        supervisor.pausing = True  # the process's end below is the sleep, not a death
+        supervisor.proc.kill()
+        await asyncio.to_thread(supervisor.host.kill_processes)
+        await exit_code(supervisor.proc, 10.0)
+        V.advance(supervisor.record, V.PAUSED, paused_at=statefile.iso(time.time()), pause_message=why,
+                  paused_by=V.PAUSED_BY_IDLE, **{V.BY_VALUE: saved})
+        supervisor.record.save()
+        return {"ok": True, "state": supervisor.public_state()}
+
+
 async def _failed(supervisor: SupervisorCore, detail: str) -> dict:
     shutil.rmtree(checkpoints.staging_path(supervisor.dir), ignore_errors=True)
     supervisor.pausing = False
@@ -138,7 +162,7 @@ async def restored(supervisor: SupervisorCore, started: float) -> None:
         raise RuntimeError(f"the sandbox did not come back from its checkpoint ({exc or type(exc).__name__}): "
                            f"{log_tail(supervisor.dir)}") from None
     record = supervisor.record
-    V.advance(record, V.RUNNING, paused_at=None, paused_by=None, restore_error=None)
+    V.advance(record, V.RUNNING, paused_at=None, paused_by=None, restore_error=None, **{V.BY_VALUE: None})
     record["restored_in_seconds"] = round(time.monotonic() - started, 3)
     record["restores"] = int(record.get("restores") or 0) + 1
 

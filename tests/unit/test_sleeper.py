@@ -11,6 +11,7 @@ import time
 from sandbox.common import statefile
 from sandbox.common.errors import ApiError
 from sandbox.core import sleeper
+from sandbox.core.config import ServiceConfig
 from sandbox.runtime import vocabulary as V
 
 from sandbox_dirs import handle_of, new_manager
@@ -40,8 +41,15 @@ def test_zero_never_sleeps():
     assert sleeper.sleeps_at(running(used_ago=10), 0.0, 0) is None
 
 
-def test_the_bwrap_tier_never_sleeps():
-    assert not sleeper.due(running(used_ago=10 ** 6, backend=V.BWRAP), 0.0, 600, NOW)
+def test_a_bwrap_sandbox_sleeps_by_value_only_when_it_names_a_save_label():
+    config = ServiceConfig(gvisor_sleep_after_seconds=600, bwrap_sleep_after_seconds=900)
+    labelled = running(used_ago=10, backend=V.BWRAP, metadata={"save_label": "notebook:x"})
+    assert sleeper.sleep_after_of(labelled, config) == 900
+    assert sleeper.sleep_after_of(running(used_ago=10, backend=V.BWRAP), config) == 0
+    assert sleeper.sleep_after_of(running(used_ago=10, backend=V.BWRAP, metadata={"save_label": ""}), config) == 0
+    assert sleeper.sleep_after_of(running(used_ago=10, metadata={"save_label": "notebook:x"}), config) == 600
+    off = ServiceConfig(bwrap_sleep_after_seconds=0)
+    assert sleeper.sleep_after_of(labelled, off) == 0
 
 
 def test_only_a_running_sandbox_sleeps():
@@ -90,12 +98,14 @@ class Pausing:
 
 
 def test_the_sleeper_asks_only_the_due_and_not_again_before_a_refused_one_could_be_due(tmp_path):
-    manager = new_manager(tmp_path, gvisor_sleep_after_seconds=60)
+    manager = new_manager(tmp_path, gvisor_sleep_after_seconds=60, bwrap_sleep_after_seconds=60)
     now = time.time()
     for sid, ago, backend in (("sbx-idle", 61, V.GVISOR), ("sbx-busy", 61, V.GVISOR), ("sbx-used", 5, V.GVISOR),
                               ("sbx-bwrap", 61, V.BWRAP)):
         handle_of(manager, sid, V.RUNNING, isolation={"backend": backend}, used_at=statefile.iso(now - ago),
                   expires_at=now + 3600)
+    handle_of(manager, "sbx-kept", V.RUNNING, isolation={"backend": V.BWRAP}, used_at=statefile.iso(now - 61),
+              expires_at=now + 3600, metadata={"save_label": "notebook:kept"})
     pausing = manager.sleeper.pausing = Pausing(refuse={"sbx-busy"})
 
     async def two_passes():
@@ -104,7 +114,8 @@ def test_the_sleeper_asks_only_the_due_and_not_again_before_a_refused_one_could_
             await manager.sleeper.task
 
     asyncio.run(two_passes())
-    assert pausing.asked == ["sbx-idle", "sbx-busy", "sbx-idle"], pausing.asked  # sbx-busy waits a sleep-after
+    # sbx-busy waits a sleep-after; a bwrap sandbox sleeps (by value) only with a save label
+    assert pausing.asked == ["sbx-idle", "sbx-busy", "sbx-kept", "sbx-idle", "sbx-kept"], pausing.asked
     assert manager.sleeper.not_before["sbx-busy"] >= now + 60
 
 
