@@ -37,6 +37,8 @@ import subprocess
 import sys
 from typing import Callable
 
+from .build_steps import ImageError
+
 Progress = Callable[[str], None]
 
 SUITE = "bookworm"  # Debian 12, the release this project is tested on
@@ -127,8 +129,6 @@ def npm_install(root: str, packages: list[str], npm_cache: str, run: Callable[[l
     if not packages:
         return
     if not os.path.exists(root + "/usr/bin/npm"):
-        from .images import ImageError
-
         raise ImageError("npm packages need npm in the image: add \"npm\" (and \"nodejs\") to its apt packages")
     os.makedirs(npm_cache, exist_ok=True)
     os.makedirs(root + "/run/npm-cache", exist_ok=True)
