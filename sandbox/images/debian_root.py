@@ -43,6 +43,9 @@ Progress = Callable[[str], None]
 
 SUITE = "bookworm"  # Debian 12, the release this project is tested on
 MIRROR = "http://deb.debian.org/debian"
+# The release, its updates and its security fixes: an image built today has today's fixes.
+SOURCES = (f"deb {MIRROR} {SUITE} main", f"deb {MIRROR} {SUITE}-updates main",
+           f"deb http://deb.debian.org/debian-security {SUITE}-security main")
 ALWAYS = ("python3", "ca-certificates")  # the runtime's interpreter; TLS roots for pip/npm in egress sandboxes
 # Where the sandbox's own mounts go (isolation/bwrap.py, gvisor.py): created empty in the root.
 MOUNT_DIRS = ("/workspace", "/tmp", "/proc", "/dev", "/sys", "/opt/sandbox-kernel", "/opt/sandbox-kernel-mpl",
@@ -83,18 +86,22 @@ def debootstrap(root: str, apt: list[str], cache: str, run: Callable[[list[str]]
          "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
          f"--setup-hook=sync-in {cache} /var/cache/apt/archives/",
          f"--customize-hook=sync-out /var/cache/apt/archives {cache}",
-         SUITE, root, MIRROR])
+         SUITE, root, *SOURCES])
 
 
-def inside(root: str, argv: list[str], binds: dict[str, str] | None = None, env: dict | None = None) -> list[str]:
+def inside(root: str, argv: list[str], binds: dict[str, str] | None = None, env: dict | None = None,
+           read_only: list[str] = ()) -> list[str]:
     """``argv`` run inside ``root`` (writable, the host's network and resolver), with
-    ``binds`` (host path -> path in the root) for the tools and caches it needs."""
+    ``binds`` (host path -> path in the root) for the tools and caches it needs, and the
+    host paths ``read_only`` at the same paths (the host's local package indexes)."""
     exe = shutil.which("bwrap") or _bundled_bwrap()
     cmd = [exe, "--bind", root, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
            "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf", "--clearenv",
            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8"]
     for host, dest in (binds or {}).items():
         cmd += ["--bind", host, dest]
+    for path in read_only:
+        cmd += ["--ro-bind", path, path]
     for key, value in (env or {}).items():
         cmd += ["--setenv", key, value]
     return cmd + ["--chdir", "/"] + argv
@@ -111,17 +118,57 @@ def python_env(root: str, venv: str, packages: list[str], requirements: str | No
                      "UV_PYTHON_DOWNLOADS": "never"})
     _touch(root + "/run/uv")
     os.makedirs(root + "/run/uv-cache", exist_ok=True)
-    run(inside(root, ["/run/uv", "venv", "-q", "--seed", "--python", "/usr/bin/python3", venv], binds, settings))
-    if requirements:
-        with open(root + "/run/requirements.txt", "w") as f:
-            f.write(requirements)
-        packages = packages + ["-r", "/run/requirements.txt"]
-    if packages:
-        run(inside(root, ["/run/uv", "pip", "install", "--python", f"{venv}/bin/python", *packages], binds, settings))
-    for leftover in ("/run/uv", "/run/requirements.txt"):
-        if os.path.exists(root + leftover):
-            os.unlink(root + leftover)
-    os.rmdir(root + "/run/uv-cache")
+    local = local_sources(settings)
+    made = sorted({prefix for p in local for prefix in _prefixes(p) if not os.path.lexists(root + prefix)})
+    try:
+        run(inside(root, ["/run/uv", "venv", "-q", "--seed", "--python", "/usr/bin/python3", venv], binds, settings,
+                   local))
+        if requirements:
+            with open(root + "/run/requirements.txt", "w") as f:
+                f.write(requirements)
+            packages = packages + ["-r", "/run/requirements.txt"]
+        if packages:
+            run(inside(root, ["/run/uv", "pip", "install", "--python", f"{venv}/bin/python", *packages], binds,
+                       settings, local))
+    finally:
+        for leftover in ("/run/uv", "/run/requirements.txt"):
+            if os.path.exists(root + leftover):
+                os.unlink(root + leftover)
+        os.rmdir(root + "/run/uv-cache")
+        _remove_mount_points(root, made)
+
+
+def local_sources(settings: dict[str, str]) -> list[str]:
+    """The host paths pip's configuration names (a wheel directory, a file:// index and
+    the directory it is in, a constraints file, a certificate), which uv inside the root must
+    find at the same paths."""
+    found = []
+    for value in settings.values():
+        for item in str(value).split():
+            # a file:// index's pages link to files beside it (/opt/pypi/simple -> /opt/pypi/files)
+            path = os.path.dirname(item[len("file://"):].rstrip("/")) if item.startswith("file://") else item
+            if path.startswith("/") and os.path.exists(path) and path not in found:
+                found.append(path)
+    return found
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _remove_mount_points(root: str, made: list[str]) -> None:
+    """The empty files and directories bwrap made in the root for binds (``made``: they did
+    not exist before), gone again, deepest first."""
+    for path in sorted(made, key=len, reverse=True):
+        current = root + path
+        try:
+            if os.path.isdir(current) and not os.path.islink(current):
+                os.rmdir(current)
+            elif os.path.lexists(current) and os.path.getsize(current) == 0:
+                os.unlink(current)
+        except OSError:
+            pass
 
 
 def npm_install(root: str, packages: list[str], npm_cache: str, run: Callable[[list[str]], None]) -> None:
@@ -152,6 +199,20 @@ def finish(root: str) -> None:
             elif name != "lock":
                 os.unlink(path)
     os.chmod(root, 0o755)
+
+
+def unmount_under(path: str) -> None:
+    """Unmount every mount below ``path``, deepest first (lazily where busy): what a build
+    that died mid-way left in its root, before the root is removed."""
+    prefix = os.path.realpath(path).rstrip("/") + "/"
+    try:
+        with open("/proc/self/mounts") as f:
+            points = [line.split()[1].replace("\\040", " ") for line in f]
+    except OSError:
+        return
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        if subprocess.run(["umount", point], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True)
 
 
 def python_version(root: str) -> str:

@@ -34,7 +34,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterable
 
-from . import image_packages, own_root
+from . import debian_root, image_packages, own_root
 from .build_steps import BUILD_STEPS, STEP_RE, ImageError, Progress, step_line  # noqa: F401 (their home before)
 from .build_steps import dir_size as _dir_size, run as _run, tree_mount as _tree_mount
 from .installer import Installer
@@ -415,8 +415,10 @@ def _announce(recipe: dict, base: dict | None, progress: Progress) -> int:
 
 
 def _discard(target: str) -> None:
-    """Remove an image's directory, its pack (a venv's, or an own root's) unmounted first."""
+    """Remove an image's directory, its pack (a venv's, or an own root's) unmounted first,
+    and whatever an interrupted mmdebstrap left mounted in its root (/proc, /sys, /dev/pts)."""
     imagefs.unmount([os.path.join(target, "venv.ext4"), os.path.join(target, "root.ext4")])
+    debian_root.unmount_under(target)
     shutil.rmtree(target, ignore_errors=True)
 
 
