@@ -179,9 +179,41 @@ def npm_install(root: str, packages: list[str], npm_cache: str, run: Callable[[l
         raise ImageError("npm packages need npm in the image: add \"npm\" (and \"nodejs\") to its apt packages")
     os.makedirs(npm_cache, exist_ok=True)
     os.makedirs(root + "/run/npm-cache", exist_ok=True)
-    run(inside(root, ["/usr/bin/npm", "install", "-g", "--prefix", "/usr/local", "--no-fund", "--no-audit",
-                      "--cache", "/run/npm-cache", *packages], {npm_cache: "/run/npm-cache"}))
-    os.rmdir(root + "/run/npm-cache")
+    binds, env = {npm_cache: "/run/npm-cache"}, {}
+    trust = host_trust()
+    if trust:  # the host's roots (a TLS-inspecting proxy's CA among them), as the host's own npm uses
+        _touch(root + "/run/host-ca.pem")
+        binds[trust] = "/run/host-ca.pem"
+        env["NODE_EXTRA_CA_CERTS"] = "/run/host-ca.pem"
+    try:
+        run(inside(root, ["/usr/bin/npm", "install", "-g", "--prefix", "/usr/local", "--no-fund", "--no-audit",
+                          "--registry", host_registry(), "--cache", "/run/npm-cache", *packages], binds, env))
+    finally:
+        os.rmdir(root + "/run/npm-cache")
+        if os.path.exists(root + "/run/host-ca.pem"):
+            os.unlink(root + "/run/host-ca.pem")
+
+
+def host_trust() -> str | None:
+    """The CA bundle the host's Node.js trusts beyond its own (NODE_EXTRA_CA_CERTS), else
+    the host's system bundle; None if there is neither."""
+    for path in (os.environ.get("NODE_EXTRA_CA_CERTS"), "/etc/ssl/certs/ca-certificates.crt"):
+        if path and os.path.isfile(path):
+            return path
+    return None
+
+
+def host_registry() -> str:
+    """The npm registry the host's npm is configured with (a mirror), else npm's default."""
+    npm = shutil.which("npm")
+    if npm:
+        try:
+            out = subprocess.run([npm, "config", "get", "registry"], capture_output=True, text=True, timeout=60)
+            if out.returncode == 0 and out.stdout.strip().startswith("http"):
+                return out.stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return "https://registry.npmjs.org/"
 
 
 def finish(root: str) -> None:

@@ -95,7 +95,7 @@ def _component(package: dict):
     the ecosystem's usual one."""
     from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
     from cyclonedx.model.component import Component, ComponentType
-    from cyclonedx.model.license import DisclosedLicense
+    from cyclonedx.model.license import DisjunctiveLicense
     from packageurl import PackageURL
 
     ecosystem = package.get("ecosystem") or "pypi"
@@ -115,4 +115,4 @@ def _component(package: dict):
         name = package["name"]
     return Component(name=name, version=package["version"], type=ComponentType.LIBRARY, purl=purl,
                      bom_ref=f"{ecosystem}:{name}@{package['version']}", external_references=refs,
-                     licenses=[DisclosedLicense(name=lic) for lic in package.get("licenses") or []])
+                     licenses=[DisjunctiveLicense(name=lic) for lic in package.get("licenses") or []])
