@@ -120,3 +120,23 @@ def test_control_the_marker_is_visible_on_the_host_root(api, new_sandbox, host_m
     sbx = new_sandbox(isolation="bwrap")
     end, out = command(api, sbx["id"], argv=["sh", "-c", f"test -e {host_marker} && echo visible || echo absent"])
     assert out.strip() == "visible", (end, out)
+
+
+def test_a_gvisor_sandbox_on_its_own_root_pauses_and_resumes_with_its_state(api, new_sandbox, own_root_image):
+    """The root never changes, so a checkpoint taken on it restores: the interpreter's
+    variables and the image's programs are there after a pause and a resume."""
+    from sandbox.isolation import gvisor
+
+    ok, why = gvisor.available()
+    if not ok:
+        pytest.skip(f"gvisor backend unavailable here: {why}")
+    sbx = new_sandbox(image=own_root_image["name"], isolation="gvisor")
+    support.ok(support.execute(api, sbx["id"], "kept = sum(range(10))"))
+    r = api.post(f"/v1/sandboxes/{sbx['id']}/pause")
+    assert r.status_code == 200 and r.json()["state"] == "paused", r.text
+    r = api.post(f"/v1/sandboxes/{sbx['id']}/resume")
+    assert r.status_code == 200 and r.json()["state"] == "running", r.text
+    assert r.json()["isolation"]["rootfs_path"] == own_root_image["mounts"][0]["tree"], r.json()["isolation"]
+    events = support.execute(api, sbx["id"], "import subprocess\n"
+                                             "print(kept, subprocess.run(['node', '-e', 'process.exit(7)']).returncode)")
+    assert "45 7" in "".join(e.get("text", "") for e in events if e["type"] == "stream"), events
