@@ -114,8 +114,10 @@ def python_env(root: str, venv: str, packages: list[str], requirements: str | No
     os.makedirs(uv_cache, exist_ok=True)
     binds = {uv: "/run/uv", uv_cache: "/run/uv-cache"}
     settings = {k: v for k, v in (uv_env or {}).items() if k.startswith("UV_") or k == "SSL_CERT_FILE"}
+    # bytecode compiled once here: sandboxes run with PYTHONDONTWRITEBYTECODE, so an image
+    # without it would compile numpy and pandas again at every sandbox's first import
     settings.update({"UV_CACHE_DIR": "/run/uv-cache", "UV_LINK_MODE": "copy", "UV_NO_PROGRESS": "1",
-                     "UV_PYTHON_DOWNLOADS": "never"})
+                     "UV_PYTHON_DOWNLOADS": "never", "UV_COMPILE_BYTECODE": "1"})
     _touch(root + "/run/uv")
     os.makedirs(root + "/run/uv-cache", exist_ok=True)
     local = local_sources(settings)
