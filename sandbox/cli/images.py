@@ -33,7 +33,8 @@ def cmd_image_build(args) -> int:
     try:
         with BuildProgress(sys.stderr) as progress:
             info = _store(args).build(args.name or DEFAULT_IMAGE, pip=args.pip or [], requirements=requirements,
-                                      preload=preload, progress=progress)
+                                      preload=preload, apt=args.apt or [], npm=args.npm or [],
+                                      root=args.root, progress=progress)
     except ImageError as exc:
         error(str(exc))
         return 1
@@ -47,7 +48,9 @@ def cmd_image_ls(args) -> int:
         print("no images yet: sandbox-kernel image build", file=sys.stderr)
         return 0
     rows = [[i["name"], human.size(i["size_bytes"]), human.relative(i["built_at"]),
-             ", ".join(i["pip"]) if i.get("base") else f"{len(i['packages'])} packages"] for i in images]
+             ", ".join(i["pip"]) if i.get("base") else
+             f"{len(i.get('package_list') or i['packages'])} packages" + (", own Debian root" if i.get("root") else "")]
+            for i in images]
     print(human.table(["NAME", "SIZE", "BUILT", "PACKAGES"], rows, right={1}))
     return 0
 
@@ -74,7 +77,8 @@ def cmd_image_inspect(args) -> int:
         if args.format is None:
             return 0
     if args.format == "json":
-        fields = ("name", "base", "pip", "preload", "built_at", "size_bytes", "python_version", "hash")
+        fields = ("name", "base", "root", "apt", "npm", "pip", "preload", "built_at", "size_bytes", "python_version",
+                  "hash")
         print(json.dumps({k: info.get(k) for k in fields} | {"package_list": packages}, indent=1))
         return 0
     print(f"image {info['name']}: built {info['built_at']}, {len(packages)} packages"
@@ -158,11 +162,15 @@ def register(sub) -> None:
                                "extra packages", """
         sandbox-kernel image build
         sandbox-kernel image build stats --pip scipy statsmodels --preload scipy
-        sandbox-kernel image build ml --requirements requirements.txt""")
+        sandbox-kernel image build ml --requirements requirements.txt
+        sandbox-kernel image build poly --apt nodejs npm gcc libc6-dev --npm typescript --pip polars""")
     p.add_argument("name", nargs="?")
     p.add_argument("--pip", nargs="+", metavar="PKG")
     p.add_argument("--requirements", metavar="FILE")
     p.add_argument("--preload", help="comma-separated modules imported ahead in warm sandboxes")
+    p.add_argument("--apt", nargs="+", metavar="PKG", help="Debian packages: the image gets a Debian root of its own")
+    p.add_argument("--npm", nargs="+", metavar="PKG", help="npm packages, installed by the image's own npm")
+    p.add_argument("--root", choices=["debian"], help="a Debian root of its own even without --apt/--npm")
     add_state_dir(p)
     p.set_defaults(func=cmd_image_build)
     p = command(isub, "ls", "list images", "sandbox-kernel image ls")

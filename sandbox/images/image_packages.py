@@ -35,10 +35,12 @@ print(json.dumps(found))
 """
 
 
-def inventory(python: str, layers: dict[str, str]) -> list[dict]:
+def inventory(python: str, layers: dict[str, str], wrap=lambda argv: argv) -> list[dict]:
     """The packages ``python`` sees; ``layers`` maps each layer's site directory on the host
-    to its image name (the first that holds a package names its layer)."""
-    out = subprocess.run([python, "-c", INVENTORY], capture_output=True, text=True, check=True, timeout=300).stdout
+    to its image name (the first that holds a package names its layer). ``wrap`` runs the
+    command where ``python`` lives (inside an image's own root: debian_root.inside)."""
+    out = subprocess.run(wrap([python, "-c", INVENTORY]), capture_output=True, text=True, check=True,
+                         timeout=300).stdout
     packages = {}
     for dist in json.loads(out):
         key = dist["name"].lower().replace("_", "-")
@@ -69,11 +71,9 @@ def sbom(image: dict) -> str:
     """The image's CycloneDX 1.5 SBOM (JSON), made with the CycloneDX project's own library.
     Its serial number and time come from the image (its recipe hash and build time), so the
     document is the same every time it is asked for."""
-    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType
     from cyclonedx.output.json import JsonV1Dot5
-    from packageurl import PackageURL
 
     bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"sandbox-kernel:image:{image['name']}:{image.get('hash')}"))
     bom.metadata.timestamp = datetime.strptime(image["built_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
@@ -81,16 +81,38 @@ def sbom(image: dict) -> str:
                                        type=ComponentType.CONTAINER, bom_ref=f"image:{image['name']}")
     image_component = bom.metadata.component
     for package in package_list(image):
-        purl_name = package["name"].lower().replace("_", "-")  # the purl spec's pypi normalisation
-        refs = []
-        if package.get("source") and package["source"] != INDEX:
-            refs.append(ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(package["source"])))
-        bom.components.add(Component(
-            name=package["name"], version=package["version"], type=ComponentType.LIBRARY,
-            purl=PackageURL(type="pypi", name=purl_name, version=package["version"]),
-            bom_ref=f"pypi:{purl_name}@{package['version']}", external_references=refs))
+        bom.components.add(_component(package))
     # The image is made of its packages: a complete dependency graph (the library warns of an
     # incomplete one, and a reader of the SBOM cannot tell what the image holds without it).
     bom.register_dependency(image_component, bom.components)
     return JsonV1Dot5(bom).output_as_string(indent=1)
 
+
+
+def _component(package: dict):
+    """One package as a CycloneDX component: a pypi, deb or npm purl (the purl spec's
+    types), its licences by name where the metadata gave them, its source where it is not
+    the ecosystem's usual one."""
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.model.license import DisjunctiveLicense
+    from packageurl import PackageURL
+
+    ecosystem = package.get("ecosystem") or "pypi"
+    refs = []
+    if ecosystem == "pypi":
+        name = package["name"].lower().replace("_", "-")  # the purl spec's pypi normalisation
+        purl = PackageURL(type="pypi", name=name, version=package["version"])
+        if package.get("source") and package["source"] != INDEX:
+            refs.append(ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(package["source"])))
+    elif ecosystem == "deb":
+        name = package["name"]
+        purl = PackageURL(type="deb", namespace="debian", name=name, version=package["version"],
+                          qualifiers={"arch": package.get("arch") or "amd64"})
+    else:
+        namespace, _, name = package["name"].rpartition("/")
+        purl = PackageURL(type="npm", namespace=namespace or None, name=name, version=package["version"])
+        name = package["name"]
+    return Component(name=name, version=package["version"], type=ComponentType.LIBRARY, purl=purl,
+                     bom_ref=f"{ecosystem}:{name}@{package['version']}", external_references=refs,
+                     licenses=[DisjunctiveLicense(name=lic) for lic in package.get("licenses") or []])

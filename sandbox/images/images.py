@@ -34,7 +34,9 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterable
 
-from . import image_packages
+from . import debian_root, image_packages, own_root
+from .build_steps import BUILD_STEPS, STEP_RE, ImageError, Progress, step_line  # noqa: F401 (their home before)
+from .build_steps import dir_size as _dir_size, run as _run, tree_mount as _tree_mount
 from .installer import Installer
 from ..common import statefile
 from ..isolation import disk, imagefs
@@ -57,6 +59,10 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 # model wrote for one of them finds its imports here too; there is no `pip install` in a
 # sandbox (no network), so what is not in the image is not available at all.
 RECIPES: dict[str, dict] = {
+    # The seed's example analysis image, on a Debian root of its own (nothing of the host's /usr).
+    "gemini-analysis": {"root": "debian", "pip": ["polars", "duckdb", "scipy"], "preload": DEFAULT_PRELOAD},
+    # Node.js and TypeScript beside Python, for polyglot notebooks and `commands.run(["node", ...])`.
+    "nodejs": {"apt": ["nodejs", "npm"], "npm": ["typescript"], "pip": [], "preload": DEFAULT_PRELOAD},
     "datascience": {
         "pip": ["scipy", "scikit-learn", "seaborn", "statsmodels", "pyarrow", "openpyxl", "xlrd",
                 "polars", "duckdb", "sympy", "networkx", "plotly", "tabulate"],
@@ -64,14 +70,10 @@ RECIPES: dict[str, dict] = {
     },
 }
 
-Progress = Callable[[str], None]
-
 # What a first build of the default image costs, measured on 2 cores (docs/getting-started.md, The first run):
 # said before it starts, so that nobody wonders whether the first cell hangs.
 # With uv: 24-35 s here under load (bench/build_bench.py), more where PyPI is far.
 DEFAULT_BUILD_ESTIMATE = "about 30-90 s and 750 MiB of disk (1 GiB as root, with a copy of the interpreter)"
-BUILD_STEPS = 5
-STEP_RE = re.compile(r"^step (\d+)/(\d+): (.*)$")
 
 
 def first_build_plan(store: "ImageStore", name: str = DEFAULT_IMAGE) -> str | None:
@@ -84,33 +86,57 @@ def first_build_plan(store: "ImageStore", name: str = DEFAULT_IMAGE) -> str | No
             f"its packages with {Installer().name}, bytecode, checks, packing), {DEFAULT_BUILD_ESTIMATE}")
 
 
-def step_line(number: int, text: str) -> str:
-    """A build step as progress displays recognise it (sandbox/images/progress.py): ``step 2/5: ...``."""
-    return f"step {number}/{BUILD_STEPS}: {text}"
-
-
-class ImageError(Exception):
-    """A build or removal that cannot be done, with a message for the person who asked."""
-
-    def __init__(self, message: str, code: str = "invalid_request"):
-        super().__init__(message)
-        self.code = code
-
-
 def recipe_hash(recipe: dict) -> str:
-    canonical = json.dumps({k: recipe.get(k) for k in ("base", "pip", "requirements", "preload")}, sort_keys=True)
+    """The recipe's identity: a venv image's fields, and an own-root image's only where set
+    (so that the hashes of images built before own roots existed do not change)."""
+    fields = {k: recipe.get(k) for k in ("base", "pip", "requirements", "preload")}
+    fields.update({k: recipe[k] for k in ("root", "apt", "npm") if recipe.get(k)})
+    canonical = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def _dir_size(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
+DEBIAN_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$")  # a Debian package, optionally =version
+NPM_SPEC_RE = re.compile(r"^(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*(@[\w.^~<>=*| -]+)?$")
+
+
+def _clean(values: Iterable[str], pattern: re.Pattern | None, kind: str) -> list[str]:
+    cleaned = sorted({v.strip() for v in values or () if v and v.strip()})
+    for spec in cleaned:
+        bad = spec.startswith("-") or any(c in spec for c in "\n\r\0") or (pattern and not pattern.match(spec))
+        if bad:
+            raise ImageError(f"{spec!r} is not {kind}")
+    return cleaned
+
+
+def make_recipe(name: str, pip: Iterable[str], requirements: str | None, preload: Iterable[str] | None,
+                apt: Iterable[str] = (), npm: Iterable[str] = (), root: str | None = None) -> dict:
+    """A build request as a recipe, checked: a shipped recipe where only its name is given;
+    the default packages in the default image and in an image on a root of its own (which
+    has no base image: the runtime's packages must be in its own venv)."""
+    if not NAME_RE.match(name or ""):
+        raise ImageError(f"image name {name!r} is not valid: use lowercase letters, digits, '.', '_' and '-'")
+    pip = _clean(pip, None, "a package requirement")
+    apt = _clean(apt, DEBIAN_NAME_RE, "a Debian package name (NAME or NAME=VERSION)")
+    npm = _clean(npm, NPM_SPEC_RE, "an npm package (NAME or NAME@VERSION)")
+    if root not in (None, "debian"):
+        raise ImageError(f"root {root!r} is not known: an image's own root is \"debian\" (or leave it out)")
+    if name in RECIPES and not pip and not requirements and not apt and not npm and root is None:
+        shipped = RECIPES[name]
+        pip, apt, npm = sorted(shipped["pip"]), sorted(shipped.get("apt", [])), sorted(shipped.get("npm", []))
+        root = shipped.get("root")
+        preload = shipped["preload"] if preload is None else preload
+    if apt or npm or root == "debian":
+        return {"name": name, "base": None, "root": "debian", "apt": apt, "npm": npm,
+                "pip": sorted(set(DEFAULT_PACKAGES) | set(pip)), "requirements": requirements,
+                "preload": list(preload if preload is not None else DEFAULT_PRELOAD)}
+    if name == DEFAULT_IMAGE:
+        return {"name": name, "base": None, "pip": sorted(set(DEFAULT_PACKAGES) | set(pip)),
+                "requirements": requirements, "preload": list(preload or DEFAULT_PRELOAD)}
+    if not pip and not requirements:
+        raise ImageError("a custom image needs packages: --pip PKG, --requirements FILE, --apt PKG or --npm PKG "
+                         f"(recipes shipped with the project: {', '.join(sorted(RECIPES))})")
+    return {"name": name, "base": DEFAULT_IMAGE, "pip": pip, "requirements": requirements,
+            "preload": list(preload if preload is not None else DEFAULT_PRELOAD)}
 
 
 def package_name(spec: str) -> str:
@@ -197,25 +223,9 @@ class ImageStore:
                    preload=image.get("preload"), progress=progress)
 
     def build(self, name: str, pip: Iterable[str] = (), requirements: str | None = None,
-              preload: Iterable[str] | None = None, progress: Progress = print) -> dict:
-        if not NAME_RE.match(name or ""):
-            raise ImageError(f"image name {name!r} is not valid: use lowercase letters, digits, '.', '_' and '-'")
-        pip = sorted({p.strip() for p in pip if p and p.strip()})
-        if name in RECIPES and not pip and not requirements:
-            pip = sorted(RECIPES[name]["pip"])
-            preload = RECIPES[name]["preload"] if preload is None else preload
-        for spec in pip:
-            if spec.startswith("-") or any(c in spec for c in "\n\r\0"):
-                raise ImageError(f"{spec!r} is not a package requirement")
-        if name == DEFAULT_IMAGE:
-            recipe = {"name": name, "base": None, "pip": sorted(set(DEFAULT_PACKAGES) | set(pip)),
-                      "requirements": requirements, "preload": list(preload or DEFAULT_PRELOAD)}
-        else:
-            if not pip and not requirements:
-                raise ImageError("a custom image needs packages: --pip PKG or --requirements FILE "
-                                 f"(recipes shipped with the project: {', '.join(sorted(RECIPES))})")
-            recipe = {"name": name, "base": DEFAULT_IMAGE, "pip": pip, "requirements": requirements,
-                      "preload": list(preload if preload is not None else DEFAULT_PRELOAD)}
+              preload: Iterable[str] | None = None, progress: Progress = print, apt: Iterable[str] = (),
+              npm: Iterable[str] = (), root: str | None = None) -> dict:
+        recipe = make_recipe(name, pip, requirements, preload, apt, npm, root)
         recipe["hash"] = recipe_hash(recipe)
         with self._lock(name):
             stale = self._read(name)
@@ -236,7 +246,12 @@ class ImageStore:
             if os.path.exists(target):
                 _discard(target)  # leftovers of a build that died, or an image of another format
             try:
-                info = self._build(target, recipe, base, progress)
+                if recipe.get("root") == "debian":
+                    info = own_root.build(self.state.images, target, recipe, f"{SANDBOX_IMAGES}/{name}", IMAGE_FORMAT,
+                                          progress)
+                    statefile.write_json(os.path.join(target, "image.json"), info, mode=0o644)
+                else:
+                    info = self._build(target, recipe, base, progress)
             except BaseException:
                 _discard(target)
                 raise
@@ -404,25 +419,16 @@ def _announce(recipe: dict, base: dict | None, progress: Progress) -> int:
 
 
 def _discard(target: str) -> None:
-    """Remove an image's directory, its venv's pack unmounted first."""
-    imagefs.unmount([os.path.join(target, "venv.ext4")])
+    """Remove an image's directory, its pack (a venv's, or an own root's) unmounted first,
+    and whatever an interrupted mmdebstrap left mounted in its root (/proc, /sys, /dev/pts)."""
+    imagefs.unmount([os.path.join(target, "venv.ext4"), os.path.join(target, "root.ext4")])
+    debian_root.unmount_under(target)
     shutil.rmtree(target, ignore_errors=True)
 
 
 def _tree_of(image: dict, sandbox_path: str) -> str:
     """The host tree the sandbox sees at ``sandbox_path``."""
     return next(m["tree"] for m in image["mounts"] if m["path"] == sandbox_path)
-
-
-def _tree_mount(tree: str, sandbox_path: str, pack: str, progress: Progress) -> dict:
-    """One of an image's ``mounts``: the tree, where the sandbox sees it, and its ext4 pack
-    (packed now if there is none yet; None where mke2fs is missing)."""
-    if not os.path.exists(pack) and os.path.exists(disk.MKFS):
-        progress(f"packing {os.path.basename(tree)} into a read-only ext4 image")
-        tmp = pack + ".tmp"
-        disk.pack(tree, tmp)
-        os.rename(tmp, pack)
-    return {"path": sandbox_path, "tree": tree, "pack": pack if os.path.exists(pack) else None}
 
 
 def _baked_paths(venv: str, mplcache: str) -> list[str]:
@@ -471,21 +477,6 @@ def _open_up(path: str) -> None:
                 mode = os.lstat(p).st_mode
                 os.chmod(p, 0o755 if mode & 0o111 else 0o644)
     os.chmod(path, 0o755)
-
-
-def _run(argv: list[str], progress: Progress, check: bool = True, env: dict | None = None) -> None:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines = []
-    for line in proc.stdout:
-        line = line.rstrip()
-        lines.append(line)
-        if line and not line.startswith("  "):
-            progress(line)
-    if proc.wait() != 0 and check:
-        # pip says ERROR: on each line; uv says error: once and explains on indented lines after it
-        first = next((i for i, l in enumerate(lines) if "error" in l.lower()), None)
-        errors = [l.strip() for l in lines[first:first + 5] if l.strip()] if first is not None else lines[-5:]
-        raise ImageError(f"{os.path.basename(argv[0])} {' '.join(argv[1:4])} failed: " + " | ".join(errors))
 
 
 def _freeze(python: str) -> list[str]:

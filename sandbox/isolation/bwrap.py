@@ -164,6 +164,23 @@ def _image_binds(image: dict, image_sources: list[tuple[str, str]]) -> list[str]
     return argv
 
 
+def _host_system_binds() -> list[str]:
+    """A venv image's system: the host's /usr (and its merged-/usr links) and a few /etc
+    files, read-only. An image on a root of its own (images/debian_root.py) binds that root
+    as / instead, and nothing of the host's system is visible."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        target = os.path.join("/", name)
+        if os.path.islink(target):
+            argv += ["--symlink", os.readlink(target), target]
+        elif os.path.isdir(target):
+            argv += ["--ro-bind", target, target]
+    for etc in ("/etc/fonts", "/etc/ld.so.cache", "/etc/localtime", "/etc/mime.types", "/etc/ssl/certs"):
+        if os.path.exists(etc):
+            argv += ["--ro-bind", etc, etc]
+    return argv
+
+
 def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int | None,
                passwd_fd: int, group_fd: int, image_sources: list[tuple[str, str]],
                copies: dict[str, tuple[list[str], list[tuple[int, str]]]] | None = None,
@@ -186,17 +203,9 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         "--cap-drop", "ALL",
         "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
         "--hostname", "sandbox",
-        "--ro-bind", "/usr", "/usr",
     ]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        target = os.path.join("/", name)
-        if os.path.islink(target):
-            argv += ["--symlink", os.readlink(target), target]
-        elif os.path.isdir(target):
-            argv += ["--ro-bind", target, target]
-    for etc in ("/etc/fonts", "/etc/ld.so.cache", "/etc/localtime", "/etc/mime.types", "/etc/ssl/certs"):
-        if os.path.exists(etc):
-            argv += ["--ro-bind", etc, etc]
+    own_root = dict((dest, source) for source, dest in image_sources).get("/") if image.get("root") else None
+    argv += ["--ro-bind", own_root, "/"] if own_root else _host_system_binds()
     argv += [
         "--perms", "0444", "--ro-bind-data", str(passwd_fd), "/etc/passwd",
         "--perms", "0444", "--ro-bind-data", str(group_fd), "/etc/group",
@@ -208,7 +217,7 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         "--remount-ro", "/dev",
         "--perms", "1777", "--size", str(int(limits["tmp_mb"]) * 1024 * 1024), "--tmpfs", "/tmp",
     ]
-    argv += _image_binds(image, image_sources)
+    argv += _image_binds(image, [(source, dest) for source, dest in image_sources if dest != "/"])
     for source, dest in copied_trees(spec):
         if copies is None:  # no fds to copy from: bind (the mount then names its source)
             argv += ["--ro-bind", source, dest]
@@ -270,6 +279,8 @@ def sandbox_environment(spec: dict) -> dict[str, str]:
         "SANDBOX_MPLCACHE": MPLCACHE_MOUNT if image.get("mplcache") else "",
         "TERM": "xterm-256color",
         **NO_NETWORK_PIP,
+        # an own root's npm packages (images/debian_root.py): `require("typescript")` finds them
+        **({"NODE_PATH": "/usr/local/lib/node_modules"} if image.get("root") else {}),
     }
 
 

@@ -43,7 +43,7 @@ from functools import lru_cache
 
 from ..runtime.protocol import STDIO_CHANNEL
 from . import rootfs
-from .bwrap import sandbox_environment
+from .bwrap import MPLCACHE_MOUNT, RUNTIME_MOUNT, sandbox_environment
 
 PLATFORM = "ptrace"
 
@@ -196,12 +196,24 @@ def write_bundle(sandbox_dir: str, spec: dict, root: dict) -> str:
             # its trees come back as binds of the root's own copies, mounted after it.
             {"destination": tree, "type": "bind", "source": root["path"] + tree, "options": ["bind", *ro[:3]]}
             for _, tree in rootfs.image_trees(spec["image_info"]) if tree.startswith("/tmp/")
-        ],
+        ] + _own_root_binds(spec, ro),
         "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "network")]},
     }
     with open(os.path.join(bundle, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
     return bundle
+
+
+def _own_root_binds(spec: dict, ro: list[str]) -> list[dict]:
+    """On an image's own root, what a venv image's root has copied in: the runtime and the
+    font cache, bound read-only at the points the image's build left for them."""
+    image = spec["image_info"]
+    if not image.get("root"):
+        return []
+    binds = [(spec["runtime_dir"], RUNTIME_MOUNT)]
+    if image.get("mplcache"):
+        binds.append((image["mplcache"], MPLCACHE_MOUNT))
+    return [{"destination": dest, "type": "bind", "source": source, "options": ["bind", *ro]} for source, dest in binds]
 
 
 def ensure_root(spec: dict) -> dict:

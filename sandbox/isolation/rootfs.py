@@ -1,5 +1,8 @@
 """The pinned root filesystem of a gVisor sandbox, built from an image.
 
+An image on a root of its own (images/debian_root.py) needs none of what follows: that
+root is already pinned, and is used as it is (``own_root``). For a venv image:
+
 A bwrap sandbox binds the host's ``/usr`` read-only: it runs whatever the host has today. A
 gVisor sandbox can be checkpointed and restored days later, and a restored process keeps
 libraries mapped that it loaded before: they must be the same files. So its root is a tree
@@ -140,8 +143,22 @@ def _link_tree(source: str, dest: str) -> None:
     shutil.copytree(source, dest, symlinks=True, copy_function=link, dirs_exist_ok=True)
 
 
+def own_root(image: dict, runtime_dir: str) -> dict:
+    """An image on a root of its own (images/debian_root.py) is its own pinned root: the
+    same tree the bubblewrap tier binds as /, nothing copied from the host. The runtime and
+    the font cache come in as read-only binds (gvisor.write_bundle); the version names what
+    a checkpoint's processes had mapped: the image (immutable) and the runtime."""
+    tree = next(m["tree"] for m in image["mounts"] if m["path"] == "/")
+    digest = hashlib.sha256(f"own-root\0{LAYOUT}\0{image['name']}\0{image['hash']}\0"
+                            f"{os.path.basename(runtime_dir)}\0".encode()).hexdigest()[:16]
+    return {"path": tree, "version": digest, "image": image["name"], "image_hash": image["hash"],
+            "runtime": os.path.basename(runtime_dir), "host_files": 0, "own_root": True}
+
+
 def ensure(rootfs_dir: str, image: dict, runtime_dir: str) -> dict:
     """The root for ``image`` (built now if it is not there yet): ``{"path", "version"}``."""
+    if image.get("root"):
+        return own_root(image, runtime_dir)
     files = host_files(image)
     version = version_of(image, runtime_dir, files)
     target = os.path.join(rootfs_dir, version)

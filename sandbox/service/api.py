@@ -462,7 +462,8 @@ async def delete_file(request: Request):
 
 # ---------------------------------------------------------------------- images
 def image_view(info: dict, manager: SandboxManager) -> dict:
-    return {k: info.get(k) for k in ("name", "base", "pip", "preload", "packages", "built_at", "size_bytes", "python_version")} | {
+    return {k: info.get(k) for k in ("name", "base", "root", "apt", "npm", "pip", "preload", "packages", "built_at",
+                                     "size_bytes", "python_version")} | {
         "in_use": manager.in_use(info["name"]), "pool": manager.pool_target(info["name"])}
 
 
@@ -493,7 +494,8 @@ async def build_image(request: Request):
     async def build() -> None:
         try:
             built = await manager.build_image(data["name"], pip=data.get("pip", []), requirements=data.get("requirements"),
-                                              preload=data.get("preload"), progress=progress)
+                                              preload=data.get("preload"), apt=data.get("apt", []),
+                                              npm=data.get("npm", []), root=data.get("root"), progress=progress)
             result = {"type": "done", "status": "ok", "image": image_view(built, manager)}
         except ImageError as exc:
             result = {"type": "done", "status": "error", "error": {"code": exc.code, "message": str(exc)}}

@@ -205,6 +205,10 @@ IMAGE_BUILD = {
     "pip": Field(list, items=str, max_length=200),
     "requirements": Field(str, max_length=1 << 16),
     "preload": Field(list, items=str, max_length=50),
+    # an image on a root of its own (images/debian_root.py): Debian and npm packages
+    "apt": Field(list, items=str, max_length=200),
+    "npm": Field(list, items=str, max_length=200),
+    "root": Field(str, max_length=16),
 }
 IMAGE_PULL = {"digest": Field(str, pattern=r"^sha256:[0-9a-f]{64}$",
                              description="Pull exactly this manifest (sha256:HEX, as a push answered); "

@@ -63,3 +63,33 @@ def test_an_unknown_name_without_packages_is_refused_and_names_the_recipes(recor
     with pytest.raises(images.ImageError, match="datascience"):
         store.build("analytics", progress=lambda line: None)
     assert builds == []
+
+
+def test_the_shipped_own_root_recipes_have_a_debian_root_and_the_runtime_packages() -> None:
+    """gemini-analysis and nodejs are built on a root of their own (no base image: the
+    runtime's packages are in their own venv)."""
+    gemini = images.make_recipe("gemini-analysis", [], None, None)
+    assert gemini["root"] == "debian" and gemini["base"] is None
+    assert {"polars", "duckdb", "scipy"} <= set(gemini["pip"]) and set(images.DEFAULT_PACKAGES) <= set(gemini["pip"])
+    node = images.make_recipe("nodejs", [], None, None)
+    assert node["root"] == "debian" and {"nodejs", "npm"} <= set(node["apt"]) and node["npm"] == ["typescript"]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("apt", "gcc; rm -rf /", "not a Debian package name"),
+    ("apt", "--allow-unauthenticated", "not a Debian package name"),
+    ("npm", "typescript && curl x", "not an npm package"),
+    ("npm", "-g", "not an npm package"),
+])
+def test_a_bad_apt_or_npm_name_is_refused_with_a_message(field, value, message) -> None:
+    with pytest.raises(images.ImageError, match=message):
+        images.make_recipe("poly", [], None, None, **{field: [value]})
+
+
+def test_an_own_root_recipe_hash_differs_and_a_venv_recipe_hash_is_unchanged() -> None:
+    """Images built before own roots keep their hashes (else a rebuild would be refused as
+    another recipe under the same name)."""
+    venv = images.make_recipe("tiny", ["six"], None, ["numpy"])
+    assert images.recipe_hash(venv) == "8feeff441577f24f"  # what the version before own roots computed
+    own = images.make_recipe("tiny", ["six"], None, None, apt=["gcc"])
+    assert images.recipe_hash(own) != images.recipe_hash(images.make_recipe("tiny", ["six"], None, None, apt=["g++"]))

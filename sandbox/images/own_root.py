@@ -1,0 +1,116 @@
+"""The build of an image on a root of its own (the layout: debian_root.py), in the same
+five steps as any image, its plan said before the first: the Debian root, the Python
+packages, the npm packages, the checks, the package list and the pack.
+
+The result is an ``image.json`` record like a venv image's, with ``root`` set to
+``"debian"`` and a single mount at ``/``: the backends (isolation/bwrap.py, gvisor.py) bind
+that tree as the sandbox's root instead of the host's ``/usr``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import debian_root, image_packages, os_packages
+from .build_steps import ImageError, Progress, dir_size, run, step_line, tree_mount
+from .installer import Installer, uv_binary
+
+MPLCACHE_IN_ROOT = "/opt/sandbox-kernel-mpl"  # where the sandbox sees the font cache (isolation/bwrap.py)
+
+
+def plan(recipe: dict) -> str:
+    """What the build will do and cost, said before it starts."""
+    parts = [f"{len(recipe['apt'])} Debian packages ({', '.join(recipe['apt']) or 'python3 only'})",
+             f"{len(recipe['pip'])} Python packages"]
+    if recipe.get("npm"):
+        parts.append(f"{len(recipe['npm'])} npm packages ({', '.join(recipe['npm'])})")
+    return (f"building image {recipe['name']!r} on a Debian root of its own: {'; '.join(parts)}; 5 steps "
+            f"(the Debian root with mmdebstrap, the Python packages with uv, the npm packages, checks, the "
+            f"package list and packing): {debian_root.ESTIMATE}")
+
+
+def build(images_dir: str, target: str, recipe: dict, venv: str, image_format: int, progress: Progress) -> dict:
+    """Build ``recipe`` into ``target`` (a new directory); its ``image.json`` record."""
+    ok, why = debian_root.available()
+    if not ok:
+        raise ImageError(f"image {recipe['name']!r} needs a root of its own, which this host cannot build: {why}")
+    uv = uv_binary()
+    if uv is None:
+        raise ImageError("an image on a root of its own is built with uv, which is not installed (pip install uv)")
+    started = time.time()
+    progress(plan(recipe))
+    root = os.path.join(target, "root")
+    os.makedirs(target)
+    os.chmod(target, 0o755)
+
+    def tool(label: str):
+        return lambda argv: run(argv, progress, label=label)
+
+    progress(step_line(1, f"the Debian root (mmdebstrap {debian_root.SUITE} minbase + {len(recipe['apt'])} packages)"))
+    debian_root.debootstrap(root, recipe["apt"], os.path.join(images_dir, "_apt-cache"), tool("mmdebstrap"))
+    progress(step_line(2, f"the Python environment and {len(recipe['pip'])} packages (with uv)"))
+    debian_root.python_env(root, venv, list(recipe["pip"]), recipe.get("requirements"), uv,
+                           os.path.join(images_dir, "_uv-cache"), Installer().env(), tool("uv"))
+    progress(step_line(3, f"{len(recipe.get('npm') or [])} npm packages"))
+    debian_root.npm_install(root, recipe.get("npm") or [], os.path.join(images_dir, "_npm-cache"), tool("npm"))
+    mplcache = _check(root, target, venv, recipe, progress)
+    progress(step_line(5, "listing the packages and packing the image"))
+    version = debian_root.python_version(root)
+    site = debian_root.site_packages(venv, version)
+    pip_list = image_packages.inventory(f"{venv}/bin/python", {site: recipe["name"]},
+                                        wrap=lambda argv: debian_root.inside(root, argv))
+    package_list = (os_packages.debian(root, set(recipe["apt"]) | set(debian_root.ALWAYS))
+                    + os_packages.npm(root, {_npm_name(p) for p in recipe.get("npm") or []})
+                    + [dict(p, ecosystem="pypi") for p in pip_list])
+    debian_root.finish(root)
+    size = dir_size(target)
+    mount = tree_mount(root, "/", os.path.join(target, "root.ext4"), progress)
+    info = {
+        "name": recipe["name"], "hash": recipe["hash"], "base": None, "root": "debian",
+        "apt": recipe["apt"], "npm": recipe.get("npm") or [], "pip": recipe["pip"],
+        "requirements": recipe.get("requirements"), "preload": recipe["preload"], "format": image_format,
+        "venv": venv, "layers": [venv], "mounts": [mount], "python_copy": None, "python_prefix": "/usr",
+        "python_version": version, "mplcache": mplcache,
+        "packages": [f"{p['name']}=={p['version']}" for p in pip_list],
+        "package_list": package_list,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_seconds": round(time.time() - started, 1), "size_bytes": size,
+    }
+    progress(f"image {recipe['name']!r} built in {info['build_seconds']} s ({size // (1024 * 1024)} MiB, "
+             f"{len(package_list)} packages)")
+    return info
+
+
+def _check(root: str, target: str, venv: str, recipe: dict, progress: Progress) -> str:
+    """Step 4: matplotlib's font cache built once inside the root (its paths the sandbox's),
+    the preload imports tried; the font cache's host directory."""
+    progress(step_line(4, "checking the image (font cache, preload imports)"))
+    mplcache = os.path.join(target, "mplcache")
+    os.makedirs(mplcache)
+    os.makedirs(root + MPLCACHE_IN_ROOT, exist_ok=True)
+    env = {"MPLCONFIGDIR": MPLCACHE_IN_ROOT, "MPLBACKEND": "Agg"}
+    binds = {mplcache: MPLCACHE_IN_ROOT}
+    python = f"{venv}/bin/python"
+    run(debian_root.inside(root, [python, "-c", "import importlib.util, sys; "
+                                  "import matplotlib.pyplot as plt; plt.figure(); plt.plot([1]); "
+                                  "plt.savefig('/dev/null', format='png')"
+                                  if "matplotlib" in " ".join(recipe["pip"]) else "pass"], binds, env),
+        progress, label="matplotlib's font cache")
+    if recipe["preload"]:
+        try:
+            run(debian_root.inside(root, [python, "-c", "import " + ", ".join(recipe["preload"])], binds, env),
+                progress, label="the preload imports")
+        except ImageError as exc:
+            raise ImageError(f"a preload import of image {recipe['name']!r} fails: {exc}") from None
+    for root_dir, _, names in os.walk(mplcache):
+        for name in names:
+            os.chmod(os.path.join(root_dir, name), 0o644)
+        os.chmod(root_dir, 0o755)
+    return mplcache
+
+
+def _npm_name(spec: str) -> str:
+    """The package an npm spec names ("typescript@5" -> "typescript", "@types/node@20" -> "@types/node")."""
+    at = spec.find("@", 1)
+    return spec if at < 0 else spec[:at]
