@@ -248,3 +248,34 @@ def test_a_comm_message_sent_while_its_cell_runs_waits_for_the_cell(kc):
     # Its output comes under the page's message, before its idle (which ipywidgets waits for
     # before it sends the model's next update), though ipykernel dispatched it beside the cell.
     assert "moved to 5" in "".join(seen[comm["header"]["msg_id"]]), seen
+
+
+def test_a_cell_queued_behind_a_slow_comm_message_gets_its_own_idle(kc):
+    """JupyterLab shows `[*]` until a cell's reply *and* the idle status under its own
+    msg_id have come. Here a comm message (a slider moved) is dispatched beside a running
+    cell and is still handled in the sandbox (its observer sleeps) when the next cell
+    starts: when the comm message ends, it must not leave its parent behind for the next
+    cell, whose idle would then go out under the earlier cell's msg_id (the stuck `[*]` of
+    a notebook opened while ipywidgets' messages wait for the sandbox claim)."""
+    made = run_cell(kc, "import ipywidgets as w, time\ns = w.IntSlider(2)\n"
+                        "s.observe(lambda c: time.sleep(3), 'value')\nprint(s.comm.comm_id)")
+    assert made.status == "ok", made.errors
+    slider = made.stdout.strip()
+    running = kc.execute("time.sleep(2)")
+    comm = kc.session.msg("comm_msg", {"comm_id": slider, "data": {"method": "update", "state": {"value": 5},
+                                                                  "buffer_paths": []}})
+    kc.shell_channel.send(comm)  # beside the running cell; its handler sleeps after it
+    queued = kc.execute("print('queued ran')")
+    assert reply_of(kc, queued)["status"] == "ok"
+    idles: dict[str, int] = {}
+    deadline = time.monotonic() + 60
+    while queued not in idles:
+        try:
+            msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:
+            break
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            parent = msg["parent_header"].get("msg_id")
+            idles[parent] = idles.get(parent, 0) + 1
+    assert idles.get(queued) == 1, f"no idle under the queued cell's msg_id: {idles}"
+    assert idles.get(running) == 1, f"the running cell's idle twice: {idles}"
