@@ -4,6 +4,8 @@ ways. A real kernel process, a real server, a real sandbox."""
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import re
 import time
 import typing as t
@@ -279,3 +281,30 @@ def test_a_cell_queued_behind_a_slow_comm_message_gets_its_own_idle(kc):
             idles[parent] = idles.get(parent, 0) + 1
     assert idles.get(queued) == 1, f"no idle under the queued cell's msg_id: {idles}"
     assert idles.get(running) == 1, f"the running cell's idle twice: {idles}"
+
+
+def test_a_cell_run_as_jupyterlab_opens_the_notebook_gets_its_reply_and_idle(start_kernel):
+    """What JupyterLab sends when it opens a notebook (kernel_info, then ipywidgets' control
+    comm and its request for states), and a cell at once, while the kernel still claims its
+    sandbox (the comm messages wait for the claim): the cell's reply, count 1 and its idle
+    under its own msg_id arrive, a few fresh kernels in a row (a notebook whose first cell
+    lacks that idle stays at `[*]` in JupyterLab)."""
+    for _ in range(3):
+        _km, kc = start_kernel()
+        control = {"comm_id": f"control-{time.monotonic_ns()}"}
+        opened = kc.session.msg("comm_open", {**control, "target_name": "jupyter.widget.control", "data": {}})
+        states = kc.session.msg("comm_msg", {**control, "data": {"method": "request_states"}})
+        kc.shell_channel.send(opened)
+        kc.shell_channel.send(states)
+        cell = kc.execute("print('first')")
+        reply = reply_of(kc, cell)
+        assert (reply["status"], reply["execution_count"]) == ("ok", 1), reply
+        idles: list[str] = []
+        deadline = time.monotonic() + 60
+        while cell not in idles and time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                msg = kc.get_iopub_msg(timeout=1)
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    idles.append(msg["parent_header"].get("msg_id"))
+        assert idles.count(cell) == 1, f"the cell's idle: {idles}"
+        assert idles.count(opened["header"]["msg_id"]) <= 1, f"an idle twice under the comm_open: {idles}"
