@@ -58,12 +58,20 @@ class ShellQueue:
         self.dispatch = dispatch
         self.read_pending = read_pending
         self.aborting = False
-        self._context = contextvars.copy_context()  # one context for every message, as ipykernel keeps
+        self._context = contextvars.copy_context()
 
     def receive(self, msg: list[t.Any]) -> asyncio.Task:
         """One message from the shell socket: its handling starts now, behind every
-        message received before it."""
-        return asyncio.get_running_loop().create_task(self.dispatch(msg), context=self._context)
+        message received before it.
+
+        Each message in a context of its own (a copy of the kernel's), where ipykernel
+        shares one among all: its parent header is a context variable, and a comm message
+        dispatched beside a running request sets the parent back to that request's when it
+        ends. Here a comm message waits for the sandbox (its claim, then its handlers),
+        so it often ends after the next cell started: in one shared context the cell's
+        idle then went out under the earlier request's msg_id, and JupyterLab kept the
+        cell at `[*]` for good (it waits for the idle under the cell's own id)."""
+        return asyncio.get_running_loop().create_task(self.dispatch(msg), context=self._context.copy())
 
     def abort_queued(self) -> None:
         """An execute request failed with stop_on_error: abort every execute request

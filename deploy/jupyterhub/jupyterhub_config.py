@@ -27,7 +27,9 @@ PREFIX = pathlib.Path(__file__).resolve().parent
 VENV_BIN = PREFIX / ".venv" / "bin"
 # The Unix group whose members may log in (groupadd jupyterhub-users; usermod -aG ...).
 TEAM_GROUP = os.environ.get("SANDBOX_KERNEL_HUB_GROUP", "jupyterhub-users")
-IDLE_CULL_SECONDS = 3600
+# How long a single-user server may sit idle before the culler stops it (it looks every half
+# of that); tests/multiuser/test_jupyterhub.py shortens it to see a real cull.
+IDLE_CULL_SECONDS = int(os.environ.get("SANDBOX_KERNEL_HUB_CULL_SECONDS", "3600"))
 
 c = get_config()  # noqa: F821 (JupyterHub's config loader provides it)
 

@@ -4,6 +4,8 @@ ways. A real kernel process, a real server, a real sandbox."""
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import re
 import time
 import typing as t
@@ -248,3 +250,61 @@ def test_a_comm_message_sent_while_its_cell_runs_waits_for_the_cell(kc):
     # Its output comes under the page's message, before its idle (which ipywidgets waits for
     # before it sends the model's next update), though ipykernel dispatched it beside the cell.
     assert "moved to 5" in "".join(seen[comm["header"]["msg_id"]]), seen
+
+
+def test_a_cell_queued_behind_a_slow_comm_message_gets_its_own_idle(kc):
+    """JupyterLab shows `[*]` until a cell's reply *and* the idle status under its own
+    msg_id have come. Here a comm message (a slider moved) is dispatched beside a running
+    cell and is still handled in the sandbox (its observer sleeps) when the next cell
+    starts: when the comm message ends, it must not leave its parent behind for the next
+    cell, whose idle would then go out under the earlier cell's msg_id (the stuck `[*]` of
+    a notebook opened while ipywidgets' messages wait for the sandbox claim)."""
+    made = run_cell(kc, "import ipywidgets as w, time\ns = w.IntSlider(2)\n"
+                        "s.observe(lambda c: time.sleep(3), 'value')\nprint(s.comm.comm_id)")
+    assert made.status == "ok", made.errors
+    slider = made.stdout.strip()
+    running = kc.execute("time.sleep(2)")
+    comm = kc.session.msg("comm_msg", {"comm_id": slider, "data": {"method": "update", "state": {"value": 5},
+                                                                  "buffer_paths": []}})
+    kc.shell_channel.send(comm)  # beside the running cell; its handler sleeps after it
+    queued = kc.execute("print('queued ran')")
+    assert reply_of(kc, queued)["status"] == "ok"
+    idles: dict[str, int] = {}
+    deadline = time.monotonic() + 60
+    while queued not in idles:
+        try:
+            msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:
+            break
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            parent = msg["parent_header"].get("msg_id")
+            idles[parent] = idles.get(parent, 0) + 1
+    assert idles.get(queued) == 1, f"no idle under the queued cell's msg_id: {idles}"
+    assert idles.get(running) == 1, f"the running cell's idle twice: {idles}"
+
+
+def test_a_cell_run_as_jupyterlab_opens_the_notebook_gets_its_reply_and_idle(start_kernel):
+    """What JupyterLab sends when it opens a notebook (kernel_info, then ipywidgets' control
+    comm and its request for states), and a cell at once, while the kernel still claims its
+    sandbox (the comm messages wait for the claim): the cell's reply, count 1 and its idle
+    under its own msg_id arrive, a few fresh kernels in a row (a notebook whose first cell
+    lacks that idle stays at `[*]` in JupyterLab)."""
+    for _ in range(3):
+        _km, kc = start_kernel()
+        control = {"comm_id": f"control-{time.monotonic_ns()}"}
+        opened = kc.session.msg("comm_open", {**control, "target_name": "jupyter.widget.control", "data": {}})
+        states = kc.session.msg("comm_msg", {**control, "data": {"method": "request_states"}})
+        kc.shell_channel.send(opened)
+        kc.shell_channel.send(states)
+        cell = kc.execute("print('first')")
+        reply = reply_of(kc, cell)
+        assert (reply["status"], reply["execution_count"]) == ("ok", 1), reply
+        idles: list[str] = []
+        deadline = time.monotonic() + 60
+        while cell not in idles and time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                msg = kc.get_iopub_msg(timeout=1)
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    idles.append(msg["parent_header"].get("msg_id"))
+        assert idles.count(cell) == 1, f"the cell's idle: {idles}"
+        assert idles.count(opened["header"]["msg_id"]) <= 1, f"an idle twice under the comm_open: {idles}"
