@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    args.raw_argv = list(sys.argv[1:] if argv is None else argv)  # what `serve --daemon` passes on
     try:
         sys.exit(args.func(args) or 0)
     except KeyboardInterrupt:
