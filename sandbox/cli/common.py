@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import textwrap
 
@@ -35,6 +36,23 @@ def state_of(args):
     from ..common.paths import StateDir
 
     return StateDir(args.state_dir) if getattr(args, "state_dir", None) else StateDir.default()
+
+
+def state_of_server(args):
+    """The state directory of the server a command without ``--url`` reaches (the rule of
+    sandbox/service/endpoint.py): ``--state-dir``, else that server's socket's directory
+    (the host's system server's, for a user with no server of their own running), else
+    the default. What ``logs`` reads, so that it looks where the sandboxes are."""
+    from ..common.paths import StateDir
+    from ..service.endpoint import EndpointError, find
+
+    if getattr(args, "state_dir", None):
+        return StateDir(args.state_dir)
+    try:
+        where = find()
+    except EndpointError:
+        return StateDir.default()
+    return StateDir(os.path.dirname(where.socket)) if where.socket else StateDir.default()
 
 
 def server(args):

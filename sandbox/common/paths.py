@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 
 SOCKET_NAME = "server.sock"
+ROOTS_STATE_DIR = "/var/lib/sandbox-kernel"
 
 
 def default_state_dir() -> str:
@@ -29,8 +30,16 @@ def default_state_dir() -> str:
     if env:
         return os.path.abspath(os.path.expanduser(env))
     if os.geteuid() == 0:
-        return "/var/lib/sandbox-kernel"
+        return ROOTS_STATE_DIR
     return users_own_state_dir()
+
+
+def system_state_dir() -> str:
+    """Where a host's system server (root's ``serve --multi-user``) keeps its state: root's
+    default, or ``SANDBOX_KERNEL_SYSTEM_STATE_DIR`` where the administrator put it elsewhere.
+    Users' commands and kernels look for it there (sandbox/service/endpoint.py)."""
+    env = os.environ.get("SANDBOX_KERNEL_SYSTEM_STATE_DIR", "").strip()
+    return os.path.abspath(os.path.expanduser(env)) if env else ROOTS_STATE_DIR
 
 
 def users_own_state_dir() -> str:
