@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import textwrap
 
@@ -43,16 +42,9 @@ def state_of_server(args):
     sandbox/service/endpoint.py): ``--state-dir``, else that server's socket's directory
     (the host's system server's, for a user with no server of their own running), else
     the default. What ``logs`` reads, so that it looks where the sandboxes are."""
-    from ..common.paths import StateDir
-    from ..service.endpoint import EndpointError, find
+    from ..common.paths import StateDir, reached_state_dir
 
-    if getattr(args, "state_dir", None):
-        return StateDir(args.state_dir)
-    try:
-        where = find()
-    except EndpointError:
-        return StateDir.default()
-    return StateDir(os.path.dirname(where.socket)) if where.socket else StateDir.default()
+    return StateDir(args.state_dir) if getattr(args, "state_dir", None) else StateDir(reached_state_dir())
 
 
 def server(args):

@@ -30,13 +30,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import pathlib
-import socket
-import stat
 from dataclasses import dataclass
 
 import httpx
 
-from ..common.paths import SOCKET_NAME, default_state_dir, system_state_dir
+from ..common.paths import SOCKET_NAME, reached_state_dir
 
 UNIX_SCHEME = "unix:"
 # What httpx puts in the Host header over a unix socket: any name will do, none is resolved.
@@ -113,31 +111,6 @@ def of_state_dir(state_dir: str | os.PathLike) -> Endpoint:
     return unix(pathlib.Path(state_dir).expanduser().absolute() / SOCKET_NAME)
 
 
-def accepts(path: str) -> bool:
-    """Whether something listens on the unix socket ``path`` (a connect, no request)."""
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(2.0)
-        try:
-            s.connect(path)
-        except OSError:
-            return False
-    return True
-
-
-def system_server() -> Endpoint | None:
-    """The host's system server when one runs: a socket in ``system_state_dir()`` owned by
-    root and open to every user (what ``serve --multi-user`` makes; a root server for root
-    alone is 0600, and is nobody else's), that accepts a connection."""
-    path = os.path.join(system_state_dir(), SOCKET_NAME)
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o006 != 0o006:
-        return None
-    return unix(path) if accepts(path) else None
-
-
 def find(url: str | None = None, state_dir: str | os.PathLike | None = None) -> Endpoint:
     """The endpoint by the order in the module docstring."""
     if url:
@@ -147,8 +120,4 @@ def find(url: str | None = None, state_dir: str | os.PathLike | None = None) -> 
     env_url = os.environ.get("SANDBOX_KERNEL_URL", "").strip()
     if env_url:
         return parse_url(env_url)
-    own = of_state_dir(default_state_dir())
-    if os.geteuid() != 0 and not os.environ.get("SANDBOX_KERNEL_STATE_DIR", "").strip() \
-            and not accepts(own.socket or ""):
-        return system_server() or own
-    return own
+    return of_state_dir(reached_state_dir())
