@@ -112,12 +112,33 @@ def install_kernelspec(
         return KernelSpecManager().install_kernel_spec(str(source), name, user=user, prefix=prefix)
 
 
+def tier_unavailable(isolation: str | None, url: str | None) -> str | None:
+    """Why the kernels of tier `isolation` cannot run on the server they would use, or None.
+    Only this user's own server is judged (no `url`: the one the kernel starts, as this
+    user): a kernelspec pinned to another server is that server's to refuse, with a first
+    cell that names the kernel to use instead."""
+    if isolation != "gvisor" or url:
+        return None
+    from sandbox.isolation import gvisor
+
+    ok, why = gvisor.available()
+    return None if ok else why
+
+
 def install_kernelspecs(user: bool = True, sys_prefix: bool = False, prefix: str | None = None,
                         image: str | None = None, progress: t.Callable[[str], None] = print,
                         url: str | None = None, host_cells: bool = True) -> list[str]:
-    """Install the kernelspec of `image` for every tier; the directories they went to."""
+    """Install the kernelspec of `image` for every tier that can run here (a tier that
+    cannot is said, and left out: its first cell would only fail); the directories they
+    went to."""
     paths = []
     for isolation in TIERS:
+        why = tier_unavailable(isolation, url)
+        if why:
+            name, spec = kernel_spec(image, isolation=isolation)
+            progress(f"not installed: kernelspec {name!r} ({spec['display_name']}): {why}; "
+                     f"use {kernel_spec(image)[1]['display_name']!r}")
+            continue
         path = install_kernelspec(user=user, sys_prefix=sys_prefix, prefix=prefix, image=image, isolation=isolation,
                                   url=url, host_cells=host_cells)
         name, spec = kernel_spec(image, isolation=isolation, url=url, host_cells=host_cells)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import typing as t
 
 from sandbox.runtime import vocabulary as V
+from sandbox.usage.meter import NOT_MEASURED
 
 from .outputs import format_bytes, format_duration
 
@@ -34,8 +35,8 @@ def after_cell(done: dict[str, t.Any] | None, memory_mb: int | None,
         peak = usage.get("memory_peak_bytes") or limit
         return (f"[sandbox: out of memory: the sandbox reached {format_bytes(peak)} of its "
                 f"{format_bytes(limit)} limit and was killed; its variables are gone. Next time, {ADVICE}]\n")
-    used = usage.get("memory_bytes") or 0
-    if used <= share * limit:
+    used = usage.get("memory_bytes")
+    if used is None or used <= share * limit:  # None: not measured (%sandbox says so)
         return None
     return (f"[sandbox: memory at {format_bytes(used)} of {format_bytes(limit)} ({used * 100 // limit} %) after "
             f"this cell; past the limit the sandbox is killed and its variables lost. {ADVICE.capitalize()}]\n")
@@ -45,13 +46,22 @@ def usage_rows(usage: dict[str, t.Any] | None, memory_mb: int | None, disk_mb: i
     """The ``%sandbox`` lines of what the sandbox uses (none when the server reports none)."""
     if not usage:
         return []
-    memory = f"{format_bytes(usage.get('memory_bytes'))} now, {format_bytes(usage.get('memory_peak_bytes'))} at most"
-    if memory_mb:
-        memory += f", of {format_bytes(memory_mb * 1024 * 1024)}"
     disk = format_bytes(usage.get("disk_bytes")) + (f" of {format_bytes(disk_mb * 1024 * 1024)}" if disk_mb else "")
+    if usage.get("memory_bytes") is None or usage.get("cpu_seconds") is None:
+        # nothing could read them (no cgroup, no readable process tree): said, never a 0
+        first = ("usage", f"memory and CPU {NOT_MEASURED} (neither a cgroup nor the sandbox's processes could be "
+                          "read), so no note comes near the memory limit")
+        second = ("", f"disk {disk}")
+    else:
+        memory = (f"{format_bytes(usage['memory_bytes'])} now, "
+                  f"{format_bytes(usage.get('memory_peak_bytes') or usage['memory_bytes'])} at most")
+        if memory_mb:
+            memory += f", of {format_bytes(memory_mb * 1024 * 1024)}"
+        first = ("usage", f"memory {memory}")
+        second = ("", f"CPU {usage['cpu_seconds']:.1f} s, disk {disk}, {usage.get('processes') or 0} processes")
     return [
-        ("usage", f"memory {memory}"),
-        ("", f"CPU {usage.get('cpu_seconds', 0):.1f} s, disk {disk}, {usage.get('processes', 0)} processes"),
+        first,
+        second,
         ("", f"{usage.get('executes', 0)} cells and {usage.get('commands', 0)} commands in "
              f"{format_duration(usage.get('alive_seconds') or 0)} alive"
              + (f", {format_duration(usage['paused_seconds'])} paused" if usage.get("paused_seconds") else "")),

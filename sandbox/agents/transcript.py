@@ -49,9 +49,12 @@ def read_refusal(exc: "SandboxError") -> str | None:
 def agent_usage(info: t.Any) -> dict[str, t.Any]:
     """What an agent is told of a sandbox's resource use (MCP's ``list_sandboxes``, ADK's
     ``sandbox_usage``): enough for a model to see memory running out before the
-    out-of-memory end wipes its variables. A figure the server has not sampled yet is None."""
+    out-of-memory end wipes its variables. A figure the server has not sampled, or could not
+    measure, is None, and ``measured_by`` says which ("not measured": no cgroup nor process
+    tree could be read), never a 0 the model would trust."""
     usage = info.usage or {}
-    return {k: usage.get(k) for k in ("cpu_seconds", "memory_bytes", "memory_peak_bytes", "disk_bytes")} | {
+    return {k: usage.get(k) for k in ("cpu_seconds", "memory_bytes", "memory_peak_bytes", "disk_bytes",
+                                      "measured_by")} | {
         "memory_limit_bytes": info.limits.memory_mb * 1024 * 1024 if info.limits.memory_mb else None}
 
 

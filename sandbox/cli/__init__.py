@@ -3,8 +3,11 @@ them, ``sandbox-kernel COMMAND --help`` shows examples).
 
 Every command that talks to a server finds it as the kernel does (sandbox/service/endpoint.py):
 ``--url``, else ``--state-dir``'s socket, else SANDBOX_KERNEL_URL, else the state
-directory's socket from SANDBOX_KERNEL_STATE_DIR or the default. None falls back to another
-server; every connection error names the URL or socket it tried.
+directory's socket from SANDBOX_KERNEL_STATE_DIR or the default (or, for a user with no
+server of their own running, the host's system server). None falls back to another server
+once it has chosen; every connection error names the URL or socket it tried. ``ls`` and
+``rm`` start their state directory's server for the call where kept sandboxes outlived it
+(reach.py).
 
 Written with argparse, not Click/Typer with Rich: the commands are a flat list of
 subcommands whose options map one to one onto settings, the help texts with examples and
@@ -50,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    args.raw_argv = list(sys.argv[1:] if argv is None else argv)  # what `serve --daemon` passes on
     try:
         sys.exit(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -37,6 +37,16 @@ def state_of(args):
     return StateDir(args.state_dir) if getattr(args, "state_dir", None) else StateDir.default()
 
 
+def state_of_server(args):
+    """The state directory of the server a command without ``--url`` reaches (the rule of
+    sandbox/service/endpoint.py): ``--state-dir``, else that server's socket's directory
+    (the host's system server's, for a user with no server of their own running), else
+    the default. What ``logs`` reads, so that it looks where the sandboxes are."""
+    from ..common.paths import StateDir, reached_state_dir
+
+    return StateDir(args.state_dir) if getattr(args, "state_dir", None) else StateDir(reached_state_dir())
+
+
 def server(args):
     """The ServerConfig of the server this command talks to (see the package docstring);
     None after printing why there is none."""

@@ -8,8 +8,9 @@ import sys
 from datetime import datetime, timezone
 
 from ..common import statefile
-from . import human
-from .common import add_state_dir, add_where, command, error, server, state_of, transport
+from ..usage.meter import NOT_MEASURED, PROCESS_FIGURES
+from . import human, reach
+from .common import add_state_dir, add_where, command, error, server, state_of_server, transport
 
 
 # The usage figures `ls` shows when the server reports them (GET /v1/sandboxes' "usage");
@@ -24,11 +25,14 @@ def cmd_ls(args) -> int:
     config = server(args)
     if config is None:
         return 1
-    try:
-        sandboxes = list_sandboxes(config=config)
-    except SandboxError as exc:
-        error(str(exc))
-        return 1
+    with reach.server_for_call(args, config) as answers:
+        if not answers:
+            return _nothing_runs(config, "[]" if args.json else None, what="no sandboxes")
+        try:
+            sandboxes = list_sandboxes(config=config)
+        except SandboxError as exc:
+            error(str(exc))
+            return 1
     if args.json:
         print(json.dumps([s.raw for s in sandboxes], indent=1))
         return 0
@@ -48,23 +52,52 @@ def cmd_ls(args) -> int:
         owner = [(s.raw.get("owner") or {}).get("name") or "-"] if owners else []
         rows.append([s.id, *owner, s.state, s.image or "-", s.isolation.get("backend") or "-",
                      human.relative(s.created_at), human.relative(s.expires_at), s.execution_count, memory]
-                    + [fmt(usage[key]) if usage.get(key) is not None else "-" for key, _, fmt in shown])
+                    + [_usage_figure(usage, key, fmt) for key, _, fmt in shown])
     first_number = 7 if owners else 6
     print(human.table(header, rows, right=set(range(first_number, first_number + 2 + len(shown)))))
     return 0
 
 
+def _usage_figure(usage: dict, key: str, fmt) -> str:
+    """A usage cell of `ls`: the figure, "not measured" where nothing could read it (an
+    ordinary user's server without a readable process tree), "-" where the server has none."""
+    if usage.get(key) is not None:
+        return fmt(usage[key])
+    return NOT_MEASURED if key in PROCESS_FIGURES and key in usage else "-"
+
+
 def cmd_rm(args) -> int:
     """Each id on its own: an unknown one is one line (and exit status 1), one that had
     already ended says how, and the others still go."""
-    from ..client import SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable, list_sandboxes
-
     if bool(args.ids) == bool(args.all):
         error("name the sandboxes to delete (sandbox-kernel rm ID...) or give --all, not both")
         return 2
     config = server(args)
     if config is None:
         return 1
+    with reach.server_for_call(args, config) as answers:
+        if not answers:
+            return _nothing_runs(config, None, args.ids, what="nothing to delete")
+        return _delete(args, config)
+
+
+def _nothing_runs(config, say: str | None, ids=(), what: str = "") -> int:
+    """No server on the caller's own state directory, and no sandbox running there: what
+    `ls` and `rm` answer (``say`` on stdout for a script: `ls --json`'s empty list)."""
+    if say is not None:
+        print(say)
+    where = os.path.dirname(config.socket)
+    for sandbox_id in ids:
+        error(f"no sandbox {sandbox_id} runs in {where}, nor a sandbox server (sandbox-kernel ls --url URL, or "
+              "--state-dir DIR, looks elsewhere)")
+    if not ids:
+        print(f"{what}: no sandbox server runs on {where}, nor any sandbox there", file=sys.stderr)
+    return 1 if ids else 0
+
+
+def _delete(args, config) -> int:
+    from ..client import SandboxError, SandboxGone, SandboxNotFound, ServerUnavailable, list_sandboxes
+
     failed = 0
     with transport(config) as tr:
         try:
@@ -167,8 +200,10 @@ def _log_sections(state, sandbox_id: str) -> tuple[list[tuple[str, list[str]]], 
 
 def cmd_logs(args) -> int:
     """A sandbox's logs, read from the state directory (this machine only). A log that is
-    there but cannot be read is an error (exit status 1), never a silent gap."""
-    state = state_of(args)
+    there but cannot be read is an error (exit status 1), never a silent gap. The state
+    directory is that of the server the other commands reach (a host's system server's
+    too, which a user cannot read: said, exit status 1)."""
+    state = state_of_server(args)
     if os.path.isdir(state.root) and not os.access(state.root, os.R_OK | os.X_OK):
         error(f"{state.root} is not readable by you (a root server's state directory: run as root)")
         return 1
@@ -218,6 +253,8 @@ def cmd_usage(args) -> int:
     rows = [report.tidy(row) for row in rows]
     if rows:
         print(report.staleness(records), file=sys.stderr)
+        if report.unmeasured(records):
+            print(report.unmeasured(records), file=sys.stderr)
     if args.format != "table":
         print(report.render(rows, args.format, columns), end="" if args.format == "csv" else "\n")
     elif not rows:
@@ -232,7 +269,7 @@ def cmd_usage(args) -> int:
 
 def _usage_cell(column: str, value) -> str:
     if value is None:
-        return "-"
+        return NOT_MEASURED if column in PROCESS_FIGURES else "-"
     if column.endswith("_bytes") or column.startswith("egress_bytes"):
         return human.size(value)
     if column.endswith("_seconds"):

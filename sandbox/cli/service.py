@@ -16,7 +16,7 @@ def _config_from(args):
 
     kwargs = {}
     for name in ("host", "port", "state_dir", "token", "pool_size", "ttl_seconds", "memory_mb", "pids", "cpus",
-                 "node_id"):
+                 "node_id", "pid_file"):
         value = getattr(args, name, None)
         if value is not None:
             kwargs[name] = value
@@ -69,6 +69,10 @@ def cmd_serve(args) -> int:
     if refusal:
         print(refusal, file=sys.stderr, flush=True)
         return 2
+    if args.daemon:
+        from . import daemon
+
+        return daemon.start(args.raw_argv, config.state_dir, args.pid_file)
     _say_build_plan(config)
     from ..service.server import serve  # seconds of imports on a busy host: after the plan
 
@@ -166,7 +170,8 @@ def _register_serve(sub) -> None:
     serve = command(sub, "serve", "run the sandbox server (on STATE/server.sock; TCP only with --port/--host)", """
         sandbox-kernel serve
         sandbox-kernel serve --port 8765 --set total_memory_mb=16384 --set max_sandboxes=20
-        sandbox-kernel serve --state-dir /srv/sandboxes --pool-size 4""")
+        sandbox-kernel serve --state-dir /srv/sandboxes --pool-size 4
+        sandbox-kernel serve --multi-user --daemon        # as root, on a host without systemd""")
     serve.add_argument("--host", help="also listen on TCP at this address (port 8765 unless --port)")
     serve.add_argument("--port", type=int, help="also listen on TCP at this port (127.0.0.1 unless --host)")
     add_state_dir(serve)
@@ -183,6 +188,11 @@ def _register_serve(sub) -> None:
     serve.add_argument("--set", action="append", metavar="NAME=VALUE",
                        help="any server setting, e.g. --set max_memory_mb=4096 (see docs/service.md, Limits)")
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--daemon", action="store_true",
+                       help="run in the background (a host without systemd): output to STATE/server.log, pid in "
+                            "the pid file; returns once the server answers; `sandbox-kernel stop` ends it")
+    serve.add_argument("--pid-file", metavar="FILE",
+                       help="write the server's pid here while it runs (with --daemon: STATE/server.pid)")
     serve.add_argument("--node-id", help="this node's name in a cluster, put in every sandbox id so that a "
                        "gateway can route to it (e.g. the Kubernetes node name)")
     serve.add_argument("--drain", dest="draining", action="store_true",

@@ -19,9 +19,12 @@ under /root (which is 0700).
 from __future__ import annotations
 
 import os
+import socket
+import stat
 from dataclasses import dataclass
 
 SOCKET_NAME = "server.sock"
+ROOTS_STATE_DIR = "/var/lib/sandbox-kernel"
 
 
 def default_state_dir() -> str:
@@ -29,8 +32,55 @@ def default_state_dir() -> str:
     if env:
         return os.path.abspath(os.path.expanduser(env))
     if os.geteuid() == 0:
-        return "/var/lib/sandbox-kernel"
+        return ROOTS_STATE_DIR
     return users_own_state_dir()
+
+
+def system_state_dir() -> str:
+    """Where a host's system server (root's ``serve --multi-user``) keeps its state: root's
+    default, or ``SANDBOX_KERNEL_SYSTEM_STATE_DIR`` where the administrator put it elsewhere.
+    Users' commands and kernels look for it there (sandbox/service/endpoint.py)."""
+    env = os.environ.get("SANDBOX_KERNEL_SYSTEM_STATE_DIR", "").strip()
+    return os.path.abspath(os.path.expanduser(env)) if env else ROOTS_STATE_DIR
+
+
+def accepts(path: str) -> bool:
+    """Whether something listens on the unix socket ``path`` (a connect, no request)."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(2.0)
+        try:
+            s.connect(path)
+        except OSError:
+            return False
+    return True
+
+
+def system_server_socket() -> str | None:
+    """The host's system server's socket when one runs: in ``system_state_dir()``, root's and
+    open to every user (what ``serve --multi-user`` makes; a root server for root alone is
+    0600, and is nobody else's), accepting a connection."""
+    path = os.path.join(system_state_dir(), SOCKET_NAME)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o006 != 0o006:
+        return None
+    return path if accepts(path) else None
+
+
+def reached_state_dir() -> str:
+    """The state directory whose server a client reaches with nothing explicit (no URL, no
+    state directory given): the default, or for an ordinary user whose own server is not
+    running, the host's system server's when one runs (sandbox/service/endpoint.py's rule
+    3). Standard library only: ``logs`` runs where httpx may not be."""
+    own = default_state_dir()
+    if os.geteuid() != 0 and not os.environ.get("SANDBOX_KERNEL_STATE_DIR", "").strip() \
+            and not accepts(os.path.join(own, SOCKET_NAME)):
+        found = system_server_socket()
+        if found:
+            return os.path.dirname(found)
+    return own
 
 
 def users_own_state_dir() -> str:

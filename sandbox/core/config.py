@@ -124,6 +124,9 @@ class ServiceConfig(Configurable):
     idle_stop_seconds = Int(0, help="Stop the server once it has had no request and no sandbox tied to a live "
                             "caller (a kernel) for this long; 0: never. The kernel starts its embedded server "
                             "with this set (SANDBOX_KERNEL_SERVER_IDLE_SECONDS); `serve` leaves it 0.").tag(config=True)
+    pid_file = Unicode("", help="Also write the server's pid to this file while it runs (removed when it stops): "
+                       "for an init system without systemd (`serve --daemon` writes STATE/server.pid). The "
+                       "pid is in STATE/server.json either way.").tag(config=True)
     unsafe_test_only_layers_off = List(Unicode(), help=(
         "FOR TESTS ONLY: isolation layers to set aside (network, pid, sandboxes_dir), so that a test can "
         "prove another layer on its own. Honoured only when SANDBOX_KERNEL_UNSAFE_TEST_ONLY_LAYERS_OFF "

@@ -69,6 +69,18 @@ class Handle:
 pid_is_supervisor = paths.is_supervisor_of
 
 
+def freshest_usage(handle: Handle) -> dict | None:
+    """The later-sampled of the usage the server last heard from the supervisor (a create, a
+    status call) and the one in its state.json, which the supervisor writes after each cell
+    and every usage_record_seconds: a list (answered without asking each supervisor) showed
+    a sandbox's usage as of its boot, cells later."""
+    heard = handle.record.get("usage")
+    saved = handle.saved_record().get("usage")
+    if not isinstance(saved, dict) or (heard and (heard.get("sampled_at") or "") >= (saved.get("sampled_at") or "")):
+        return heard
+    return saved
+
+
 def describe(handle: Handle, egress: dict | None, sleeps_at: float | None = None) -> dict:
     """The sandbox as GET /v1/sandboxes/{id} shows it; ``egress``: its proxy's view, if any;
     ``sleeps_at``: when the sleeper will pause it if no call comes (sleeper.py)."""
@@ -96,8 +108,9 @@ def describe(handle: Handle, egress: dict | None, sleeps_at: float | None = None
         out["memory_bytes"] = record["memory_bytes"]
     if egress is not None:
         out["egress"] = egress
-    if record.get("usage") is not None:
-        out["usage"] = meter.public(record["usage"], egress)
+    usage = freshest_usage(handle)
+    if usage is not None:
+        out["usage"] = meter.public(usage, egress)
     if (record.get("isolation") or {}).get("backend") == V.GVISOR:
         out["on_idle"] = record.get("on_idle") or V.ON_IDLE_DELETE
         out["paused_at"] = record.get("paused_at")

@@ -3,7 +3,9 @@
 A sandbox has no network unless its creator asked for egress (docs/agents.md, "Egress on request"),
 so ``pip install``, a DNS look-up, a connection, or an import of a package that is not in
 the image fail there with messages written for a machine that is merely offline. Each of
-these ends with a line naming the way out: an image with the package, or an egress policy.
+these ends with a line naming the way out: an image with the package, or an egress policy,
+as a notebook user gets either (a kernel of that image; the kernel's egress setting) and as
+an API caller does.
 The line is the last of the traceback (the error's name and value are unchanged) or, after
 a failed ``!pip``/``%pip``, a line on stderr.
 """
@@ -35,16 +37,26 @@ def pip_allowed() -> bool:
     return has_egress() and bool(os.environ.get("PIP_INDEX_URL"))
 
 
+# Who may give a sandbox network: its creator, before it exists. In a notebook that is the
+# person choosing the kernel (its setting, in the kernel's environment or kernelspec),
+# never a cell, which runs inside the sandbox; through the API, the create call.
+NOTEBOOK_EGRESS = ("in a notebook, by you before the kernel starts (the kernel setting SANDBOX_KERNEL_EGRESS={policy} "
+                   "in its environment or its kernelspec's env; a cell cannot grant it)")
+
+
 def package_hint(package: str) -> str:
     if pip_allowed():
         return f"hint: this sandbox's egress allows pip: %pip install {package}"
-    return (f"hint: this sandbox has no network, so {package} cannot be installed here: build an image with it "
-            f"(sandbox-kernel image build NAME --pip {package}) and use that image, or create the sandbox with "
-            'an egress policy that allows pip ({"egress": {"pip": true}})')
+    return (f"hint: this sandbox has no network, so {package} cannot be installed here: use an image with it "
+            f"(sandbox-kernel image build NAME --pip {package}; in Jupyter, `sandbox-kernel install --image NAME` "
+            'adds the kernel "Python (sandbox: NAME)"), or let pip through when the sandbox is made: '
+            + NOTEBOOK_EGRESS.format(policy="'{\"pip\": true}'")
+            + '; through the API, {"egress": {"pip": true}}')
 
 
-NETWORK_HINT = ("hint: this sandbox has no network: ask for the hosts you need when you create it "
-                '({"egress": {"allow": ["HOST"]}}; docs/agents.md, "Egress on request")')
+NETWORK_HINT = ("hint: this sandbox has no network: ask for the hosts you need when it is made: "
+                + NOTEBOOK_EGRESS.format(policy="'{\"allow\": [\"HOST\"]}'")
+                + '; through the API, {"egress": {"allow": ["HOST"]}} (docs/agents.md, "Egress on request")')
 
 
 def _chain(exc: BaseException | None) -> t.Iterator[BaseException]:

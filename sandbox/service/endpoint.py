@@ -13,10 +13,15 @@ The order, the same everywhere:
    directory was given explicitly;
 2. the state directory: an argument (``--state-dir``), else ``SANDBOX_KERNEL_STATE_DIR``,
    else the default (``/var/lib/sandbox-kernel`` for root, ``~/.local/share/sandbox-kernel``
-   otherwise): its socket.
+   otherwise): its socket;
+3. with nothing of the above set, for an ordinary user whose own server is not running:
+   the host's system server, when one runs (root's ``serve --multi-user``: a socket owned by
+   root and open to every user, in ``system_state_dir()``). It ties each request to its
+   caller's uid, so this reaches the user's own sandboxes there and nobody else's; a kernel
+   and a command find it alike (a JupyterHub's kernelspecs name it in rule 1 anyway).
 
 URLs are ``http://HOST:PORT`` (TCP, with the bearer token) or ``unix:/path/to/server.sock``.
-Nothing ever falls back from one server to another: an unreachable endpoint is an error
+Nothing else falls back from one server to another: an unreachable endpoint is an error
 that names it.
 """
 
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from ..common.paths import SOCKET_NAME, default_state_dir
+from ..common.paths import SOCKET_NAME, reached_state_dir
 
 UNIX_SCHEME = "unix:"
 # What httpx puts in the Host header over a unix socket: any name will do, none is resolved.
@@ -115,4 +120,4 @@ def find(url: str | None = None, state_dir: str | os.PathLike | None = None) -> 
     env_url = os.environ.get("SANDBOX_KERNEL_URL", "").strip()
     if env_url:
         return parse_url(env_url)
-    return of_state_dir(default_state_dir())
+    return of_state_dir(reached_state_dir())

@@ -246,6 +246,7 @@ def _run(config: ServiceConfig, state: StateDir, manager: SandboxManager, app, l
     statefile.write_json(state.server_file, {"pid": os.getpid(), "socket": state.socket_file, "url": url,
                                              "multi_user": config.multi_user,
                                              "idle_stop_seconds": config.idle_stop_seconds}, mode=0o644)
+    pid_file = _write_pid_file(config.pid_file)
     # uvicorn re-raises the SIGTERM it handled once shutdown is complete, which would kill
     # this process before the clean-up below (exit status -15, stale server.json): a no-op
     # handler turns that into a normal return and exit status 0.
@@ -261,6 +262,32 @@ def _run(config: ServiceConfig, state: StateDir, manager: SandboxManager, app, l
                 os.unlink(state.server_file)
         except OSError:
             pass
+        _remove_pid_file(pid_file)
+
+
+def _write_pid_file(path: str) -> str | None:
+    """The pid, one line, where an init system without systemd reads it (``pid_file``)."""
+    if not path:
+        return None
+    partial = f"{path}.{os.getpid()}.tmp"
+    with open(partial, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    os.chmod(partial, 0o644)
+    os.replace(partial, path)  # whole or not at all: a reader never sees half a pid
+    return path
+
+
+def _remove_pid_file(path: str | None) -> None:
+    """Ours only: a newer server may have written its own since."""
+    if not path:
+        return
+    try:
+        with open(path) as f:
+            ours = f.read().strip() == str(os.getpid())
+        if ours:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def _unlink_if_ours(path: str, inode: int) -> None:

@@ -17,7 +17,7 @@ from ..common import statefile
 from ..core import tenancy
 from ..runtime import vocabulary as V
 from ..usage import store as usage_store
-from ..usage.meter import UsageMeter
+from ..usage.meter import UsageMeter, is_measured
 from .core import SupervisorCore
 
 SAMPLE_EVERY = 5.0  # seconds between samples: the GiB-hour integrals' step
@@ -78,5 +78,6 @@ class UsageJob:
         """At teardown, after the kill and before the cgroup goes: the last figures (nothing
         runs any more; the totals and the peak stay)."""
         self.meter.sample()
-        self.meter.usage["memory_bytes"] = 0
-        self.meter.usage["processes"] = 0
+        if is_measured(self.meter.usage):  # else they stay "not measured"
+            self.meter.usage["memory_bytes"] = 0
+            self.meter.usage["processes"] = 0

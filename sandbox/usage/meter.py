@@ -14,7 +14,9 @@ A warm sandbox is nobody's until it is claimed: its boot is not billed (``start_
 
 Without a cgroup (an ordinary user's server) the same figures come from the sandbox's
 process tree in /proc (``proctree.py``); ``measured_by`` says which ("cgroup", "processes"),
-or "not measured" while neither can be read: a reader shows that, never a 0 it never read.
+or "not measured" while neither can be read: the figures read from them (PROCESS_FIGURES) are
+then null, and every reader shows "not measured", never a 0 it never read (an ordinary
+user's `ls` once said 0 s of CPU for a busy sandbox).
 """
 
 from __future__ import annotations
@@ -33,6 +35,16 @@ DISK_WALK_LIMIT = 20000  # files: a plain-directory workspace is measured by wal
 # so that the record, the store and the report agree on the names.
 FIELDS = ("cpu_seconds", "memory_bytes", "memory_peak_bytes", "disk_bytes", "processes", "executes",
           "commands", "alive_seconds", "paused_seconds", "memory_gib_hours", "disk_gib_hours")
+# Where those figures come from (``measured_by``); the figures below need one of the first two.
+CGROUP, PROCESSES, NOT_MEASURED = "cgroup", "processes", "not measured"
+MEASURED = (CGROUP, PROCESSES)
+# The figures read from a cgroup or the process tree: null while neither could be read.
+PROCESS_FIGURES = ("cpu_seconds", "memory_bytes", "memory_peak_bytes", "processes", "memory_gib_hours")
+
+
+def is_measured(usage: dict | None) -> bool:
+    """Whether a ``usage`` object's CPU, memory and process figures were read from somewhere."""
+    return (usage or {}).get("measured_by") in MEASURED
 
 
 def disk_used(workspace: str) -> int:
@@ -71,11 +83,12 @@ class UsageMeter:
         self.host = host
         self.root_pid = root_pid  # the sandbox's first process (bwrap), for the /proc fallback
         usage = record.get("usage") or {}
-        self.usage = {name: usage.get(name, 0) for name in FIELDS}
+        self.usage = {name: usage.get(name, None if name in PROCESS_FIGURES else 0) for name in FIELDS}
+        self.usage["measured_by"] = usage.get("measured_by", NOT_MEASURED)
         self.usage["sampled_at"] = usage.get("sampled_at")
         record["usage"] = self.usage
         # What earlier cgroups of this sandbox counted (a restore starts a new one).
-        self.cpu_base = float(self.usage["cpu_seconds"]) if restoring else 0.0
+        self.cpu_base = float(self.usage["cpu_seconds"] or 0) if restoring else 0.0
         self.last = time.time()
         if restoring and record.get("paused_at"):
             self.usage["paused_seconds"] += max(0.0, self.last - statefile.epoch(record["paused_at"]))
@@ -83,21 +96,22 @@ class UsageMeter:
     def source(self) -> tuple[t.Any, str]:
         """What the figures are read from now: the cgroup, else the process tree, else None."""
         if self.host.cgroup is not None:
-            return self.host.cgroup, "cgroup"
+            return self.host.cgroup, CGROUP
         pid = self.root_pid()
         if pid:
             processes = ProcessTreeUsage(pid)
             if processes.refresh():
-                return processes, "processes"
-        return None, "not measured"
+                return processes, PROCESSES
+        return None, NOT_MEASURED
 
     def start_billing(self) -> None:
         """A claimed warm sandbox: what it used while it waited in the pool is not its owner's."""
         counters, _ = self.source()
         self.cpu_base = -(counters.cpu_seconds() if counters is not None else 0.0)
-        for name in ("executes", "commands", "alive_seconds", "memory_gib_hours", "disk_gib_hours"):
+        for name in ("executes", "commands", "alive_seconds", "disk_gib_hours"):
             self.usage[name] = 0
-        self.usage["memory_peak_bytes"] = 0
+        for name in ("memory_gib_hours", "memory_peak_bytes"):
+            self.usage[name] = 0 if counters is not None else None
         self.last = time.time()
 
     def count_execute(self) -> None:
@@ -114,21 +128,21 @@ class UsageMeter:
         self.last = now
         usage = self.usage
         counters, source = self.source()
-        if counters is not None or "measured_by" not in usage:  # an ended sandbox keeps what measured it
+        if counters is not None:  # else what measured it last stays (an ended sandbox's), or "not measured"
             usage["measured_by"] = source
-        if counters is not None:
             cpu = round(self.cpu_base + counters.cpu_seconds(), 6)
             # a process tree's sum can step back (a parent gone with children uncounted)
-            usage["cpu_seconds"] = cpu if source == "cgroup" else max(float(usage["cpu_seconds"]), cpu)
+            usage["cpu_seconds"] = cpu if source == CGROUP else max(float(usage["cpu_seconds"] or 0), cpu)
             usage["memory_bytes"] = counters.memory_working_set()
-            peak = counters.memory_peak() if source == "cgroup" else usage["memory_bytes"]
-            usage["memory_peak_bytes"] = max(int(usage["memory_peak_bytes"]), peak)
+            peak = counters.memory_peak() if source == CGROUP else usage["memory_bytes"]
+            usage["memory_peak_bytes"] = max(int(usage["memory_peak_bytes"] or 0), peak)
             usage["processes"] = counters.processes()
         if with_disk:
             usage["disk_bytes"] = disk_used(self.host.workspace)
         hours = elapsed / 3600
         usage["alive_seconds"] = round(usage["alive_seconds"] + elapsed, 3)
-        usage["memory_gib_hours"] = round(usage["memory_gib_hours"] + usage["memory_bytes"] / GIB * hours, 9)
+        if usage["memory_bytes"] is not None:
+            usage["memory_gib_hours"] = round((usage["memory_gib_hours"] or 0) + usage["memory_bytes"] / GIB * hours, 9)
         usage["disk_gib_hours"] = round(usage["disk_gib_hours"] + usage["disk_bytes"] / GIB * hours, 9)
         usage["sampled_at"] = statefile.iso(now)
         return usage

@@ -12,6 +12,8 @@ import io
 import json
 from datetime import date, datetime, timezone
 
+from .meter import NOT_MEASURED, PROCESS_FIGURES
+
 GROUP_BY = ("owner", "image", "day")
 SUMMED = ("cpu_seconds", "memory_gib_hours", "disk_gib_hours", "egress_bytes_in", "egress_bytes_out", "executes",
           "commands", "alive_seconds")
@@ -39,18 +41,33 @@ def parse_since(text: str | None) -> str | None:
 
 
 def summarise(records: list[dict], by: tuple[str, ...] = GROUP_BY) -> list[dict]:
-    """One row per group: the number of sandboxes, the sums, and the highest peak memory."""
+    """One row per group: the number of sandboxes, the sums, and the highest peak memory. A
+    figure no sandbox of the group had measured stays None ("not measured"), never 0."""
     rows: dict[tuple, dict] = {}
     for record in records:
         fields = {**record, "day": (record.get("created_at") or "")[:10] or "unknown"}
         key = tuple(fields.get(name) or "" for name in by)
-        row = rows.setdefault(key, {**dict(zip(by, key)), "sandboxes": 0, **{n: 0 for n in SUMMED},
-                                    "memory_peak_bytes": 0})
+        row = rows.setdefault(key, {**dict(zip(by, key)), "sandboxes": 0,
+                                    **{n: None if n in PROCESS_FIGURES else 0 for n in SUMMED},
+                                    "memory_peak_bytes": None})
         row["sandboxes"] += 1
         for name in SUMMED:
-            row[name] += record.get(name) or 0
-        row["memory_peak_bytes"] = max(row["memory_peak_bytes"], record.get("memory_peak_bytes") or 0)
+            if record.get(name) is not None:
+                row[name] = (row[name] or 0) + record[name]
+        if record.get("memory_peak_bytes") is not None:
+            row["memory_peak_bytes"] = max(row["memory_peak_bytes"] or 0, record["memory_peak_bytes"])
     return [rows[key] for key in sorted(rows)]
+
+
+def unmeasured(records: list[dict]) -> str | None:
+    """A line naming the sandboxes whose CPU and memory nothing could read (their figures
+    are not in the sums), or None when every one was measured."""
+    ids = [r.get("sandbox_id") or "?" for r in records if r.get("measured_by") == NOT_MEASURED]
+    if not ids:
+        return None
+    return (f"CPU and memory not measured for {len(ids)} sandbox(es) ({', '.join(ids[:5])}"
+            f"{', …' if len(ids) > 5 else ''}): neither a cgroup nor their processes could be read; their "
+            "figures are not in these sums")
 
 
 def tidy(row: dict) -> dict:

@@ -17,7 +17,7 @@ import os
 import pwd
 import sqlite3
 
-from .meter import FIELDS
+from .meter import FIELDS, NOT_MEASURED, PROCESS_FIGURES
 
 FILE_NAME = "usage.sqlite3"
 BUSY_TIMEOUT = 10.0  # seconds a writer waits for another's transaction
@@ -27,7 +27,7 @@ IDENTITY = ("sandbox_id", "owner", "image", "tier", "memory_mb", "cpus", "disk_m
             "created_at", "ended_at", "end_reason")
 TOTALS = ("cpu_seconds", "memory_peak_bytes", "memory_gib_hours", "disk_gib_hours", "egress_bytes_in",
           "egress_bytes_out", "executes", "commands", "alive_seconds", "paused_seconds")
-COLUMNS = IDENTITY + TOTALS + ("updated_at",)
+COLUMNS = IDENTITY + TOTALS + ("updated_at", "measured_by")
 assert set(TOTALS) - {"egress_bytes_in", "egress_bytes_out"} <= set(FIELDS)
 
 SCHEMA = f"""
@@ -36,8 +36,10 @@ CREATE TABLE IF NOT EXISTS usage_records (
     memory_mb INTEGER, cpus REAL, disk_mb INTEGER, pids INTEGER,
     created_at TEXT, ended_at TEXT, end_reason TEXT,
     {", ".join(f"{name} REAL NOT NULL DEFAULT 0" for name in TOTALS)},
-    updated_at TEXT
+    updated_at TEXT, measured_by TEXT
 )"""
+# A store made before measured_by was recorded gets the column (its rows: NULL, as measured).
+ADD_MEASURED_BY = "ALTER TABLE usage_records ADD COLUMN measured_by TEXT"
 
 UPSERT = f"""
 INSERT INTO usage_records ({", ".join(COLUMNS)}) VALUES ({", ".join("?" for _ in COLUMNS)})
@@ -48,7 +50,8 @@ ON CONFLICT(sandbox_id) DO UPDATE SET
     ended_at = COALESCE(usage_records.ended_at, excluded.ended_at),
     end_reason = COALESCE(usage_records.end_reason, excluded.end_reason),
     {", ".join(f"{name} = MAX(usage_records.{name}, excluded.{name})" for name in TOTALS)},
-    updated_at = MAX(usage_records.updated_at, excluded.updated_at)
+    updated_at = MAX(usage_records.updated_at, excluded.updated_at),
+    measured_by = COALESCE(excluded.measured_by, usage_records.measured_by)
 """
 
 
@@ -76,9 +79,18 @@ def record_row(record: dict, owner: str, ended_at: str | None = None) -> dict:
         "memory_mb": limits.get("memory_mb"), "cpus": limits.get("cpus"), "disk_mb": limits.get("disk_mb"),
         "pids": limits.get("pids"), "created_at": record.get("created_at"), "ended_at": ended_at,
         "end_reason": None, "updated_at": usage.get("sampled_at") or record.get("updated_at"),
+        "measured_by": usage.get("measured_by"),
     }
     for name in TOTALS:
         row[name] = usage.get(name) or 0
+    return row
+
+
+def as_read(row: dict) -> dict:
+    """A stored row as the API returns it: a sandbox whose CPU and memory nothing could read
+    has null there (the table keeps 0, a sum's neutral), never a 0 to trust."""
+    if row.get("measured_by") == NOT_MEASURED:
+        row.update({name: None for name in TOTALS if name in PROCESS_FIGURES})
     return row
 
 
@@ -99,6 +111,9 @@ class UsageStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # WAL: a process crash loses nothing committed
             db.execute(SCHEMA)
+            if "measured_by" not in {row[1] for row in db.execute("PRAGMA table_info(usage_records)")}:
+                with contextlib.suppress(sqlite3.OperationalError):  # another writer added it first
+                    db.execute(ADD_MEASURED_BY)
             yield db
         finally:
             db.close()
@@ -120,7 +135,7 @@ class UsageStore:
             return []
         with self._connect() as db:
             db.row_factory = sqlite3.Row
-            return [dict(row) for row in db.execute(query + " ORDER BY created_at, sandbox_id", args)]
+            return [as_read(dict(row)) for row in db.execute(query + " ORDER BY created_at, sandbox_id", args)]
 
     def totals(self) -> dict[str, float]:
         """Every total summed over every record, and ``records`` (the metrics' usage counters)."""

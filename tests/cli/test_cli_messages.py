@@ -39,11 +39,12 @@ NEXT_STEP = re.compile(r"sandbox-kernel \w|--[a-z]|SANDBOX_KERNEL_\w|pip install
 WITHOUT_A_SERVER = [
     ("stop --state-dir STATE", 0),
     ("purge --state-dir STATE", 0),
-    ("ls --state-dir STATE", 1),
+    ("ls --state-dir STATE", 0),
     ("ls --url http://127.0.0.1:9", 1),
     ("ls --url ftp://example.org", 1),
     ("rm --state-dir STATE", 2),
     ("rm sbx-0123456789abcdef --state-dir STATE", 1),
+    ("rm --all --state-dir STATE", 0),
     ("exec --state-dir STATE sbx-0123456789abcdef", 2),
     ("exec --state-dir STATE sbx-0123456789abcdef -- true", 1),
     ("logs sbx-0123456789abcdef --state-dir STATE", 1),

@@ -26,6 +26,12 @@ SECRET_VALUE = "sk-live-0123456789abcdef-the-real-key"
 
 @pytest.fixture
 def make_proxy(tmp_path, api):
+    from sandbox.core import descriptors
+
+    # The proxy runs in this process: its descriptor budget is counted from this process's
+    # limit, raised as `serve` raises its own (an ordinary user's soft limit is 1024, where
+    # the control's 300 held connections met the budget's 503s).
+    descriptors.raise_soft_limit()
     made = []
 
     def make(**options) -> ProxyUnderTest:

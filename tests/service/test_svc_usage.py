@@ -66,6 +66,21 @@ def test_usage_matches_a_cell_that_burns_known_cpu_and_memory(api, new_sandbox, 
     assert after["alive_seconds"] > 0 and after["sampled_at"]
 
 
+def test_the_list_shows_the_usage_a_cell_left(api, new_sandbox, run):
+    """`ls` reads the list, which the server answers without asking each supervisor: it
+    shows the figures the supervisor wrote after the cell (state.json), not those it heard
+    at the create. The control: the usage the server heard at the create, before the cell."""
+    sandbox = new_sandbox(memory_mb=1024)
+    heard = sandbox.get("usage") or {}
+    _done(run(sandbox["id"], HOLD))
+
+    def listed() -> dict:
+        return next(s for s in api.get("/v1/sandboxes").json()["sandboxes"] if s["id"] == sandbox["id"])["usage"]
+
+    assert support.wait_for(lambda: listed()["memory_bytes"] >= 200 * MiB * 0.9, 30), (heard, listed())
+    assert (heard.get("memory_bytes") or 0) < 200 * MiB * 0.5 and listed()["executes"] == heard.get("executes", 0) + 1
+
+
 def test_disk_and_commands_are_counted(api, new_sandbox, run):
     sandbox = new_sandbox()
     before = _usage(api, sandbox["id"])
