@@ -26,9 +26,11 @@ STARTUP_PROGRESS = "sandbox-startup-"
 
 # Messages without a reply of their own (comm messages from the page): done at their idle.
 NO_REPLY = {"comm_open", "comm_msg", "comm_close"}
-# A shutdown's status messages race the kernel's exit (its IOPub socket closes with the process,
-# for ipykernel as for this kernel): done at its reply, compared without its statuses.
+# A shutdown's IOPub messages (its statuses, and the copy of its reply that both kernels
+# broadcast there) race the kernel's exit (its IOPub socket closes with the process, for
+# ipykernel as for this kernel): done at its reply, compared without what IOPub carried.
 LAST_WORDS = {"shutdown_request"}
+LAST_WORDS_IOPUB = {"status", "shutdown_reply"}
 
 
 def bundle_keys(content: dict[str, t.Any]) -> tuple[str, ...]:
@@ -114,7 +116,7 @@ class Observed:
         return self.idle and (self.reply is not None or self.msg_type in NO_REPLY)
 
     def shape(self) -> tuple[Shape | None, tuple[Shape, ...], tuple[str, ...]]:
-        iopub = [s for s in self.iopub if not (self.msg_type in LAST_WORDS and s[0] == "status")]
+        iopub = [s for s in self.iopub if not (self.msg_type in LAST_WORDS and s[0] in LAST_WORDS_IOPUB)]
         return self.reply, tuple(merge_streams(iopub)), tuple(self.input_prompts)
 
 
