@@ -160,6 +160,25 @@ def proc_identity(pid: int) -> tuple[int, int] | None:
     return pid, int(fields[19])
 
 
+def signal_server(pid: int, signum: int) -> bool:
+    """Signal `pid` only while it is still a sandbox server (`serve` in its command line).
+
+    A pid read from `server.json` or a pid file may belong to a server that has already
+    stopped, and with this host's 32768 pids it is soon given to another test's process:
+    a kernel SIGTERMed so "died before replying to kernel_info" in two CI runs."""
+    try:
+        argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if b"serve" not in argv:
+        return False
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def pid_alive(pid: int | None) -> bool:
     """Alive and not a zombie (a killed child stays a zombie until its parent reaps it)."""
     return bool(pid) and proc_identity(pid) is not None

@@ -102,7 +102,7 @@ def test_serve_daemon_runs_in_the_background_until_stop(image_source):
         assert not support.pid_alive(pid) and not pid_file.exists()
     finally:
         if pid and support.pid_alive(pid):
-            os.kill(pid, 15)
+            support.signal_server(pid, 15)
             support.wait_for(lambda: not support.pid_alive(pid), 30)
         support.sweep(state)
         shutil.rmtree(state, ignore_errors=True)

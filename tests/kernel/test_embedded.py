@@ -20,6 +20,8 @@ import httpx
 import pytest
 from support import START_TIMEOUT, make_state_dir, pid_alive, run_cell, sweep, wait_for, with_repo_on_path
 
+import support
+
 pytestmark = pytest.mark.slow
 
 
@@ -31,12 +33,10 @@ def stop_started_server(state_dir) -> None:
         except OSError:
             continue
         pid = json.loads(text)["pid"] if name.endswith(".json") else int(text)
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
+        if not support.signal_server(pid, signal.SIGTERM):
             continue
         if not wait_for(lambda: not pid_alive(pid), 30):
-            os.kill(pid, signal.SIGKILL)
+            support.signal_server(pid, signal.SIGKILL)
 
 
 def user_environ(jupyter_data, state) -> dict[str, str]:

@@ -270,7 +270,7 @@ def stop_users_server(state: pathlib.Path) -> None:
     """The server a user's first kernel started outlives the kernels: stopped, and all it left swept."""
     try:
         pid = json.loads((state / "server.json").read_text())["pid"]
-        os.kill(pid, 15)
+        support.signal_server(pid, 15)
         support.wait_for(lambda: not support.pid_alive(pid), 30)
     except (OSError, ValueError, KeyError):
         pass

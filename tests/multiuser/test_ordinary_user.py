@@ -120,7 +120,7 @@ def test_own_server_measures_usage_warns_near_memory_and_names_the_kernel_instea
     finally:
         pid = int(pid_file.read_text()) if pid_file.exists() else None
         if pid and support.pid_alive(pid):
-            os.kill(pid, 15)
+            support.signal_server(pid, 15)
             support.wait_for(lambda: not support.pid_alive(pid), 30)
         support.sweep(state)
 

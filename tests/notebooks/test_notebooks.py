@@ -107,7 +107,7 @@ def stop_embedded_server(state: pathlib.Path) -> None:
     except (OSError, ValueError, KeyError):
         return
     if support.pid_alive(pid):
-        os.kill(pid, signal.SIGTERM)
+        support.signal_server(pid, signal.SIGTERM)
         support.wait_for(lambda: not support.pid_alive(pid), 30)
 
 
