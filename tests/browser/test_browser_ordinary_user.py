@@ -26,7 +26,7 @@ import pytest
 
 import support
 from test_browser_jupyterlab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, MISSING, Notebook
-from tests.multiuser.test_multiuser import SYSTEM_PYTHON, _skip_unless_possible, seed_images, stop_users_server
+from tests.multiuser.test_multiuser import _skip_unless_possible, installed_for_every_user, seed_images, stop_users_server
 
 pytestmark = [
     pytest.mark.slow,
@@ -55,25 +55,9 @@ def user() -> t.Iterator[str]:
 
 @pytest.fixture(scope="module")
 def lab_venv() -> t.Iterator[pathlib.Path]:
-    """The project with its ``lab`` extra (not editable: the checkout may be unreadable to
-    others) in a venv of /usr/bin/python3 that every user can run."""
-    _skip_unless_possible()
-    root = pathlib.Path(tempfile.mkdtemp(prefix="sbk-labvenv-", dir="/tmp"))
-    try:
-        src = root / "src"
-        for part in ("sandbox", "kernel", "kernelspec"):
-            shutil.copytree(support.REPO / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
-        for part in ("pyproject.toml", "README.md"):
-            shutil.copy(support.REPO / part, src / part)
-        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(root / "venv")], check=True, capture_output=True)
-        r = subprocess.run([str(root / "venv/bin/pip"), "install", "-q", "--disable-pip-version-check", f"{src}[lab]"],
-                           capture_output=True, text=True, timeout=1800)
-        assert r.returncode == 0, r.stderr[-3000:]
-        subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
-        root.chmod(0o755)
+    """The project with its ``lab`` extra, installed for every user."""
+    with installed_for_every_user("sbk-labvenv-", "[lab]") as root:
         yield root / "venv"
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def write_notebook(path: pathlib.Path, owner: str) -> None:

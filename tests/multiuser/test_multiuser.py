@@ -19,12 +19,14 @@ to seconds).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import pwd
 import re
 import threading
+import typing as t
 import secrets
 import shutil
 import signal
@@ -180,12 +182,13 @@ def test_a_per_user_socket_refuses_other_users(users, client_script, sandbox_ser
     assert answer.get("error", "").startswith("PermissionError"), answer
 
 
-@pytest.fixture(scope="module")
-def user_venv() -> pathlib.Path:
-    """The project installed (not editable: the checkout may be unreadable to others) into
-    a venv of /usr/bin/python3 that every user can run."""
+@contextlib.contextmanager
+def installed_for_every_user(prefix: str, extra: str = "") -> t.Iterator[pathlib.Path]:
+    """The project (with ``extra``, e.g. ``[lab]``) installed, not editable (the checkout
+    may be unreadable to others), into ``ROOT/venv`` of /usr/bin/python3, which every user
+    can run; ROOT is yielded, readable by all, and removed after."""
     _skip_unless_possible()
-    root = pathlib.Path(tempfile.mkdtemp(prefix="sbk-uvenv-", dir="/tmp"))
+    root = pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     try:
         src = root / "src"
         for part in ("sandbox", "kernel", "kernelspec"):
@@ -193,15 +196,23 @@ def user_venv() -> pathlib.Path:
         for part in ("pyproject.toml", "README.md"):
             shutil.copy(support.REPO / part, src / part)
         subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(root / "venv")], check=True, capture_output=True)
-        r = subprocess.run([str(root / "venv/bin/pip"), "install", "-q", "--disable-pip-version-check", str(src)],
+        r = subprocess.run([str(root / "venv/bin/pip"), "install", "-q", "--disable-pip-version-check", f"{src}{extra}"],
                            capture_output=True, text=True, timeout=1800)
         assert r.returncode == 0, r.stderr[-3000:]
-        shutil.copy(pathlib.Path(__file__).with_name("user_kernels.py"), root / "user_kernels.py")
         subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
         root.chmod(0o755)
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def user_venv() -> t.Iterator[pathlib.Path]:
+    """The project installed for every user, with the script each user's kernels run."""
+    with installed_for_every_user("sbk-uvenv-") as root:
+        shutil.copy(pathlib.Path(__file__).with_name("user_kernels.py"), root / "user_kernels.py")
+        (root / "user_kernels.py").chmod(0o644)
+        yield root
 
 
 def seed_images(user: str, sandbox_server: support.Server) -> pathlib.Path:
