@@ -63,6 +63,47 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_KERNEL_SOCKETS: list[str] = []
+
+
+def kernel_manager(kernel_name: str, **traits: t.Any) -> t.Any:
+    """A jupyter_client KernelManager whose five channels are Unix sockets in a private
+    directory of /tmp, not TCP ports.
+
+    With TCP, jupyter_client finds five free ports, closes them and lets the kernel bind
+    them later; on a loaded host with many servers on ephemeral ports another process can
+    take one in between, and the kernel then dies before its kernel_info reply ("Address
+    already in use") or the client talks to a stranger. A socket file in a fresh
+    directory cannot be taken. The directory is short (a socket's path has at most 107
+    bytes), one per test process, and removed when the process ends.
+    """
+    from jupyter_client.manager import KernelManager
+
+    if not _KERNEL_SOCKETS:
+        folder = tempfile.mkdtemp(prefix="kernels-", dir="/tmp")
+        _KERNEL_SOCKETS.append(folder)
+        import atexit
+        atexit.register(shutil.rmtree, folder, True)
+    connection_file = os.path.join(_KERNEL_SOCKETS[0], f"kernel-{secrets.token_hex(4)}.json")
+    return KernelManager(kernel_name=kernel_name, transport="ipc", connection_file=connection_file, **traits)
+
+
+def start_kernel(kernel_name: str, *, cwd: str | os.PathLike, env: dict[str, str], startup_timeout: float = 60,
+                 **traits: t.Any) -> tuple[t.Any, t.Any]:
+    """jupyter_client's start_new_kernel on a `kernel_manager`: (km, kc), ready."""
+    km = kernel_manager(kernel_name, **traits)
+    km.start_kernel(cwd=str(cwd), env=env)
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=startup_timeout)
+    except RuntimeError:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        raise
+    return km, kc
+
+
 def jupyter_answers(base: str, token: str) -> bool:
     """A Jupyter server at ``base`` answers its status route (False while it starts)."""
     try:

@@ -154,6 +154,10 @@ def test_an_ordinary_users_notebook_comes_back_after_its_sandbox_ended(user, lab
     home = pathlib.Path(os.path.expanduser(f"~{user}"))
     state = seed_images(user, sandbox_server)  # the user's own default state directory
     lab = UsersLab(user, lab_venv, home)
+    # the gVisor kernelspec pip ships is not offered: an ordinary user's server has no gVisor
+    specs = set(lab.api("GET", "/api/kernelspecs").json()["kernelspecs"])
+    assert "sandbox" in specs and "sandbox-gvisor" not in specs, specs
+    assert "not offered in JupyterLab: Python (sandbox, gVisor): " in lab.tail(), lab.tail()
     write_notebook(lab.root / NOTEBOOK, user)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:

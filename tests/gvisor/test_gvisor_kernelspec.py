@@ -10,7 +10,6 @@ import support
 
 
 def test_the_gvisor_kernelspec_runs_its_cells_in_a_gvisor_sandbox(sandbox_server, api, tmp_path, monkeypatch):
-    from jupyter_client.manager import start_new_kernel
 
     from kernel.install import install_kernelspec
 
@@ -20,7 +19,7 @@ def test_the_gvisor_kernelspec_runs_its_cells_in_a_gvisor_sandbox(sandbox_server
     env = support.kernel_environ(sandbox_server, tmp_path / "share" / "jupyter")
     env.pop("SANDBOX_KERNEL_ISOLATION", None)  # only the kernelspec's argv may choose the tier
     monkeypatch.setenv("JUPYTER_PATH", env["JUPYTER_PATH"])
-    km, kc = start_new_kernel(kernel_name=spec_dir.name, env=env, cwd=str(tmp_path), startup_timeout=120)
+    km, kc = support.start_kernel(spec_dir.name, env=env, cwd=str(tmp_path), startup_timeout=120)
     try:
         run = support.run_cell(kc, "x = 6 * 7; print(x)", timeout=180)
         assert run.status == "ok", run.errors

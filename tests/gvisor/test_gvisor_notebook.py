@@ -18,7 +18,6 @@ def test_shut_down_pauses_and_the_next_kernel_resumes_across_a_server_restart(sa
                                                                                monkeypatch):
     if sandbox_server.proc is None:
         pytest.skip("the server is not this session's to restart")
-    from jupyter_client.manager import start_new_kernel
 
     from kernel.install import install_kernelspec
 
@@ -29,7 +28,7 @@ def test_shut_down_pauses_and_the_next_kernel_resumes_across_a_server_restart(sa
     monkeypatch.setenv("JUPYTER_PATH", env["JUPYTER_PATH"])
 
     def kernel():
-        return start_new_kernel(kernel_name=spec_dir.name, env=env, cwd=str(tmp_path), startup_timeout=120)
+        return support.start_kernel(spec_dir.name, env=env, cwd=str(tmp_path), startup_timeout=120)
 
     km, kc = kernel()
     try:

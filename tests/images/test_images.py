@@ -137,7 +137,6 @@ def test_kernel_runs_on_the_image_its_kernelspec_names(sandbox_server, tiny_imag
     """`sandbox-kernel install --image tiny` gives a kernel whose sandbox has the package."""
     import pathlib
 
-    from jupyter_client.manager import start_new_kernel
 
     from kernel.install import install_kernelspec
 
@@ -146,7 +145,7 @@ def test_kernel_runs_on_the_image_its_kernelspec_names(sandbox_server, tiny_imag
     assert spec["display_name"] == "Python (sandbox: tiny)"
     env = support.kernel_environ(sandbox_server, tmp_path / "share" / "jupyter")
     monkeypatch.setenv("JUPYTER_PATH", env["JUPYTER_PATH"])  # where this process looks the spec up
-    km, kc = start_new_kernel(kernel_name=spec_dir.name, env=env, cwd=str(tmp_path), startup_timeout=120)
+    km, kc = support.start_kernel(spec_dir.name, env=env, cwd=str(tmp_path), startup_timeout=120)
     try:
         run = support.run_cell(kc, "import six; print(six.__name__)", timeout=120)
         assert run.status == "ok", run.errors

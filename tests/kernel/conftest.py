@@ -40,14 +40,12 @@ def kernel_env(sandbox_server: support.Server, jupyter_data: pathlib.Path) -> t.
 @pytest.fixture
 def start_kernel(kernel_env: dict[str, str], tmp_path: pathlib.Path) -> t.Iterator[t.Callable[..., t.Any]]:
     """Factory: start_kernel(cwd=None, **env_overrides) -> (km, kc); all shut down after."""
-    from jupyter_client.manager import start_new_kernel
-
     started: list[tuple[t.Any, t.Any]] = []
 
     def start(cwd: str | os.PathLike | None = None, **overrides: str) -> tuple[t.Any, t.Any]:
         env = dict(kernel_env)
         env.update(overrides)
-        km, kc = start_new_kernel(kernel_name="sandbox", cwd=str(cwd or tmp_path), env=env, startup_timeout=60)
+        km, kc = support.start_kernel("sandbox", cwd=cwd or tmp_path, env=env, startup_timeout=60)
         started.append((km, kc))
         return km, kc
 

@@ -57,7 +57,6 @@ def sandbox_states(state) -> dict[str, str]:
 
 
 def test_kernels_start_one_server_on_their_state_dirs_socket(jupyter_data, sandbox_server, tmp_path):
-    from jupyter_client.manager import KernelManager
 
     state = make_state_dir("sbk-emb-", images_from=sandbox_server.state_dir)
     env = user_environ(jupyter_data, state)
@@ -66,7 +65,7 @@ def test_kernels_start_one_server_on_their_state_dirs_socket(jupyter_data, sandb
         # Both kernels start at once, so both look for the server at the same moment: the
         # lock must make one of them start it.
         for _ in range(2):
-            km = KernelManager(kernel_name="sandbox")
+            km = support.kernel_manager("sandbox")
             km.start_kernel(cwd=str(tmp_path), env=env)
             kernels.append((km, km.client()))
         for _, kc in kernels:

@@ -13,6 +13,7 @@ import typing as t
 from queue import Empty
 
 import pytest
+import support
 from support import free_port, run_cell, shell_request
 
 from sandbox.client import Sandbox, SandboxGone, SandboxNotFound, list_sandboxes
@@ -628,27 +629,21 @@ def test_magic_lines_then_code_in_one_cell_keep_line_numbers(kc):
 def execute_notebook(nb: t.Any, folder: pathlib.Path) -> None:
     """nbclient's run of `nb` with kernel "sandbox" in `folder`, the kernel's stderr kept.
 
-    A kernel that dies before its kernel_info reply fails with its own last words in the
-    message; one whose port was taken between jupyter_client's choice and the kernel's
-    bind (ZMQ's "Address already in use": another process on this loaded host took the
-    port jupyter_client had just found free) is started once more, as that race is
-    jupyter_client's, not the kernel's.
+    The kernel's channels are Unix sockets (`support.kernel_manager`), so no other process
+    can take a port between jupyter_client's choice and the kernel's bind; a kernel that
+    dies before its kernel_info reply fails with its own last words in the message.
     """
     from nbclient import NotebookClient
 
-    for attempt in (1, 2):
-        log = folder / f"kernel-stderr-{attempt}.txt"
-        with open(log, "wb") as stderr:
-            try:
-                NotebookClient(nb, kernel_name="sandbox", timeout=120,
-                               resources={"metadata": {"path": str(folder)}}).execute(stderr=stderr)
-                return
-            except RuntimeError as e:
-                if "Kernel died" not in str(e):
-                    raise
-                said = log.read_text(errors="replace")
-        if attempt == 2 or "Address already in use" not in said:
-            raise AssertionError(f"the kernel died at start; its stderr:\n{said[-4000:]}")
+    log = folder / "kernel-stderr.txt"
+    with open(log, "wb") as stderr:
+        try:
+            NotebookClient(nb, km=support.kernel_manager("sandbox"), timeout=120,
+                           resources={"metadata": {"path": str(folder)}}).execute(stderr=stderr)
+        except RuntimeError as e:
+            if "Kernel died" not in str(e):
+                raise
+            raise AssertionError(f"the kernel died at start; its stderr:\n{log.read_text(errors='replace')[-4000:]}") from e
 
 
 def test_nbclient_runs_a_notebook(kernel_env, tmp_path):

@@ -188,7 +188,6 @@ def test_files_stream_through_either_gateway(cluster: Cluster, sixty: dict):
 
 
 def test_the_kernel_works_through_a_gateway(cluster: Cluster, tmp_path):
-    from jupyter_client.manager import start_new_kernel
 
     gw = cluster.gateways[1]
     env = support.with_repo_on_path(dict(os.environ))
@@ -196,7 +195,7 @@ def test_the_kernel_works_through_a_gateway(cluster: Cluster, tmp_path):
     env.update({"SANDBOX_KERNEL_URL": gw.url, "SANDBOX_KERNEL_TOKEN": gw.token, "SANDBOX_KERNEL_START_SERVER": "0",
                 "JUPYTER_PATH": str(jupyter_data)})
     # a notebook folder of its own: the checkout is on the tests' PYTHONPATH, where a kernel refuses to start
-    km, kc = start_new_kernel(kernel_name="sandbox", env=env, startup_timeout=90, cwd=str(tmp_path))
+    km, kc = support.start_kernel("sandbox", env=env, startup_timeout=90, cwd=str(tmp_path))
     try:
         first = support.run_cell(kc, "import socket; y = 6 * 7; print(y)")
         assert first.status == "ok", first.outputs

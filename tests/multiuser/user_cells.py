@@ -8,6 +8,7 @@ notebook would show of each cell as JSON (stream text, notes, errors with their 
 import json
 import os
 import sys
+import tempfile
 
 from jupyter_client.manager import KernelManager
 
@@ -33,7 +34,9 @@ def run(kc, code, timeout=900):
 
 def main():
     name, cells = sys.argv[1], json.loads(sys.argv[2])
-    km = KernelManager(kernel_name=name)
+    # Unix sockets, not TCP ports another process could take between choice and bind
+    km = KernelManager(kernel_name=name, transport="ipc",
+                       connection_file=os.path.join(tempfile.mkdtemp(prefix="k", dir="/tmp"), "kernel.json"))
     km.start_kernel(env=dict(os.environ), cwd=os.path.expanduser("~"))
     try:
         kc = km.client()

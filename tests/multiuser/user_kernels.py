@@ -8,6 +8,7 @@ each, shut them down, and print what happened as JSON.
 import json
 import os
 import sys
+import tempfile
 
 from jupyter_client.manager import KernelManager
 
@@ -43,7 +44,9 @@ def main():
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_KERNEL_")}
     managers = []
     for _ in range(count):  # all launched before any is waited for: they start at once
-        km = KernelManager(kernel_name="sandbox")
+        # Unix sockets, not TCP ports another process could take between choice and bind
+        km = KernelManager(kernel_name="sandbox", transport="ipc",
+                           connection_file=os.path.join(tempfile.mkdtemp(prefix="k", dir="/tmp"), "kernel.json"))
         km.start_kernel(env=env, cwd=os.path.expanduser("~"))
         managers.append(km)
     results = []

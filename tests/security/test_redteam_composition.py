@@ -82,9 +82,8 @@ class Kernels:
 
     def manager(self, name: str, cwd: pathlib.Path):
         from jupyter_client.kernelspec import KernelSpecManager
-        from jupyter_client.manager import KernelManager
 
-        km = KernelManager(kernel_name=name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(self.dirs[name])]))
+        km = support.kernel_manager(name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(self.dirs[name])]))
         km.start_kernel(cwd=str(cwd), env=dict(self.env))
         self.started.append(km)
         return km

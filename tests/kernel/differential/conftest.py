@@ -10,6 +10,8 @@ import typing as t
 
 import pytest
 
+import support
+
 from .frontend import Frontend
 from .scenarios import SCENARIOS
 
@@ -24,14 +26,13 @@ class Runner:
 
     def start(self, which: str, wait: bool = True, **env: str) -> Frontend:
         """A kernel as JupyterLab starts one; `wait=False` returns before it is ready."""
-        from jupyter_client.manager import KernelManager
 
         self.runs += 1
         cwd = self.root / f"{which}-{self.runs}"
         cwd.mkdir()
         # ipykernel's history in a directory of its own: another run's cells never show up.
         full_env = dict(self.env, IPYTHONDIR=str(cwd / ".ipython"), **env)
-        km = KernelManager(kernel_name=KERNELS[which])
+        km = support.kernel_manager(KERNELS[which])
         km.start_kernel(cwd=str(cwd), env=full_env)
         kc = km.client()
         kc.start_channels()
