@@ -32,11 +32,38 @@ def cmd_mcp(args) -> int:
                            scope=args.scope, reach=args.reach)
 
 
-def _lab_argv(args) -> list[str]:
+def unrunnable_kernelspecs() -> dict[str, str]:
+    """The sandbox kernelspecs whose tier cannot run for this user's own server, with why
+    (pip ships the gVisor one into every environment; an ordinary user's server has no
+    gVisor)."""
+    from kernel.install import TIERS, kernel_spec, tier_unavailable
+
+    unrunnable = {}
+    for isolation in TIERS:
+        why = tier_unavailable(isolation, None)
+        if why:
+            name, spec = kernel_spec(isolation=isolation)
+            unrunnable[name] = f"{spec['display_name']}: {why}"
+    return unrunnable
+
+
+def _offered_kernelspecs(hidden: dict[str, str]) -> list[str]:
+    """JupyterLab's allow-list: every kernelspec it would find but the `hidden` ones (its
+    allowed_kernelspecs is a list of names to keep; none given keeps all)."""
+    if not hidden:
+        return []
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    offered = sorted(set(KernelSpecManager().find_kernel_specs()) - set(hidden))
+    return [f"--KernelSpecManager.allowed_kernelspecs={name}" for name in offered]
+
+
+def _lab_argv(args, hidden: dict[str, str]) -> list[str]:
     """JupyterLab's command line. Its kernels get CurveZMQ keys where pyzmq has them (the
     kernelspecs declare supported_encryption): their messages are encrypted on loopback
     TCP, and ipykernel's "Kernel is running over TCP without encryption" is not printed
-    once per kernel. Arguments after ``--`` come last, so they override these."""
+    once per kernel. Kernelspecs that cannot run here (`hidden`) are not offered.
+    Arguments after ``--`` come last, so they override these."""
     import zmq
 
     argv = [sys.executable, "-m", "jupyter", "lab", "--ip=127.0.0.1", f"--port={args.port}", "--no-browser"]
@@ -44,6 +71,7 @@ def _lab_argv(args) -> list[str]:
         argv.append("--allow-root")
     if zmq.has("curve"):
         argv.append("--MappingKernelManager.transport_encryption=auto")
+    argv += _offered_kernelspecs(hidden)
     return argv + (args.lab_args[1:] if args.lab_args[:1] == ["--"] else args.lab_args)
 
 
@@ -54,14 +82,18 @@ def cmd_lab(args) -> int:
 
     from ..service import housekeeping
 
+    hidden = unrunnable_kernelspecs()
     for isolation in TIERS:  # pip normally ships them already; an older version's are replaced
         name, spec = kernel_spec(isolation=isolation)
-        if not is_current(os.path.join(sys.prefix, "share", "jupyter", "kernels", name, "kernel.json"), spec):
+        if name not in hidden and not is_current(
+                os.path.join(sys.prefix, "share", "jupyter", "kernels", name, "kernel.json"), spec):
             install_kernelspec(user=False, sys_prefix=True, isolation=isolation)
+    for why in hidden.values():
+        print(f"not offered in JupyterLab: {why}", file=sys.stderr)
     state = state_of(args)
     env = dict(os.environ, SANDBOX_KERNEL_STATE_DIR=state.root)
     before = (housekeeping.running_server(state) or {}).get("pid")
-    lab = subprocess.Popen(_lab_argv(args), env=env)
+    lab = subprocess.Popen(_lab_argv(args, hidden), env=env)
     # Ctrl-C reaches JupyterLab too (one process group), which asks or shuts down; we wait
     # for it. A SIGTERM sent to us alone is passed on.
     previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
