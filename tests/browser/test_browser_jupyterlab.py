@@ -233,6 +233,35 @@ def start_lab(server: support.Server, workdir: pathlib.Path, extra_env: dict[str
 
 
 @contextlib.contextmanager
+def chromium_page(name: str, *, full_page: bool = False, console: bool = False,
+                  log_tail: t.Callable[[], str] = lambda: "") -> t.Iterator[t.Any]:
+    """A page in headless Chromium (Debian's, never a downloaded one), for one test.
+
+    On failure: a screenshot (`name`-failure.png) and `log_tail()` (the JupyterLab log's
+    end) printed; the browser closed after."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = None
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.set_default_timeout(60_000)
+            if console:
+                page.on("console", lambda m: print(f"console {m.type}: {m.text}"[:400], flush=True))
+            yield page
+        except BaseException:
+            if page is not None:
+                with contextlib.suppress(Exception):
+                    page.screenshot(path=str(ARTIFACTS / f"{name}-failure.png"), full_page=full_page)
+            print(f"JupyterLab log tail:\n{log_tail()}", flush=True)
+            raise
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
 def lab_page(server: support.Server, name: str, *, full_page: bool = False,
              console: bool = False, extra_env: dict[str, str] | None = None) -> t.Iterator[tuple[t.Any, Lab]]:
     """JupyterLab on the session's sandbox server and a Chromium page on it, for one test.
@@ -240,29 +269,11 @@ def lab_page(server: support.Server, name: str, *, full_page: bool = False,
     On failure: a screenshot (`name`-failure.png) and JupyterLab's log tail. After: JupyterLab
     stopped (its exit code in `lab.exit_code`), and no kernel process of it left behind; the
     sandboxes its notebooks kept (`lab.kept`) deleted."""
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"sbk-browser-{name}-"))
     lab = start_lab(server, workdir, extra_env, name)
-    page = None
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1440, "height": 1000})
-                page.set_default_timeout(60_000)
-                if console:
-                    page.on("console", lambda m: print(f"console {m.type}: {m.text}"[:400], flush=True))
-                yield page, lab
-            except BaseException:
-                if page is not None:
-                    with contextlib.suppress(Exception):
-                        page.screenshot(path=str(ARTIFACTS / f"{name}-failure.png"), full_page=full_page)
-                print(f"JupyterLab log tail:\n{lab.log_tail()}", flush=True)
-                raise
-            finally:
-                browser.close()
+        with chromium_page(name, full_page=full_page, console=console, log_tail=lab.log_tail) as page:
+            yield page, lab
     finally:
         lab.exit_code = lab.stop()
         left = lab.reap_kernels()

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 import support
-from test_browser_jupyterlab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, MISSING, Notebook
+from test_browser_jupyterlab import MISSING, Notebook, chromium_page
 from tests.multiuser.test_multiuser import _skip_unless_possible, installed_for_every_user, seed_images, stop_users_server
 
 pytestmark = [
@@ -149,56 +149,39 @@ def saves_of(state: pathlib.Path) -> list[dict]:
 
 
 def test_an_ordinary_users_notebook_comes_back_after_its_sandbox_ended(user, lab_venv, sandbox_server):
-    from playwright.sync_api import sync_playwright
-
     home = pathlib.Path(os.path.expanduser(f"~{user}"))
     state = seed_images(user, sandbox_server)  # the user's own default state directory
     lab = UsersLab(user, lab_venv, home)
-    # the gVisor kernelspec pip ships is not offered: an ordinary user's server has no gVisor
-    specs = set(lab.api("GET", "/api/kernelspecs").json()["kernelspecs"])
-    assert "sandbox" in specs and "sandbox-gvisor" not in specs, specs
-    assert "not offered in JupyterLab: Python (sandbox, gVisor): " in lab.tail(), lab.tail()
     write_notebook(lab.root / NOTEBOOK, user)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1440, "height": 1000})
-                page.set_default_timeout(60_000)
-                nb = open_notebook(page, lab)
-                page.on("console", lambda m: print(f"console {m.type}: {m.text}"[:400], flush=True))
-                out = run_cell(nb, 0, "import pandas as pd\ndf = pd.DataFrame({'n': range(1000)})\nprint(int(df.n.sum()))")
-                assert "499500" in out, out
-                (kept,) = support.running_in(state)
-                # "Shut Down Kernel" as JupyterLab's session closing does it; the sandbox is kept
-                page.goto("about:blank")
-                (session,) = lab.api("GET", "/api/sessions").json()
-                assert lab.api("DELETE", f"/api/sessions/{session['id']}").status_code == 204
-                # its TTL ends it, the server saving its variables by value first
-                assert support.wait_for(lambda: not support.running_in(state), TTL * 6), support.running_in(state)
-                saves = saves_of(state)
-                # (a loaded host that takes past the TTL's last seconds to save may save twice)
-                assert saves and {(s["source_sandbox"], s["by"]) for s in saves} == {(kept, "ttl")}, saves
-                assert stat_owner(state / "saves") == user
+        # the gVisor kernelspec pip ships is not offered: an ordinary user's server has no gVisor
+        specs = set(lab.api("GET", "/api/kernelspecs").json()["kernelspecs"])
+        assert "sandbox" in specs and "sandbox-gvisor" not in specs, specs
+        assert "not offered in JupyterLab: Python (sandbox, gVisor): " in lab.tail(), lab.tail()
+        with chromium_page("ordinary-user", console=True, log_tail=lab.tail) as page:
+            nb = open_notebook(page, lab)
+            out = run_cell(nb, 0, "import pandas as pd\ndf = pd.DataFrame({'n': range(1000)})\nprint(int(df.n.sum()))")
+            assert "499500" in out, out
+            (kept,) = support.running_in(state)
+            # "Shut Down Kernel" as JupyterLab's session closing does it; the sandbox is kept
+            page.goto("about:blank")
+            (session,) = lab.api("GET", "/api/sessions").json()
+            assert lab.api("DELETE", f"/api/sessions/{session['id']}").status_code == 204
+            # its TTL ends it, the server saving its variables by value first
+            assert support.wait_for(lambda: not support.running_in(state), TTL * 6), support.running_in(state)
+            saves = saves_of(state)
+            # (a loaded host that takes past the TTL's last seconds to save may save twice)
+            assert saves and {(s["source_sandbox"], s["by"]) for s in saves} == {(kept, "ttl")}, saves
+            assert stat_owner(state / "saves") == user
 
-                nb = open_notebook(page, lab)
-                out = run_cell(nb, 1, "int(df.n.sum()), type(df).__name__")
-                assert "(499500, 'DataFrame')" in out, out
-                note = support.wait_for(lambda: "restored this notebook" in notes_of(nb, 1) and notes_of(nb, 1), 60)
-                assert note, notes_of(nb, 1)
-                assert f"the sandbox of this notebook ({kept}) ended" in note, note
-                assert "restored this notebook's variables saved" in note and "df (pandas." in note, note
-                nb.shot("ordinary-user-restored.png")
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    page.screenshot(path=str(ARTIFACTS / "ordinary-user-failure.png"))
-                raise
-            finally:
-                browser.close()
-    except BaseException:
-        print(f"JupyterLab log tail:\n{lab.tail()}", flush=True)
-        raise
+            nb = open_notebook(page, lab)
+            out = run_cell(nb, 1, "int(df.n.sum()), type(df).__name__")
+            assert "(499500, 'DataFrame')" in out, out
+            note = support.wait_for(lambda: "restored this notebook" in notes_of(nb, 1) and notes_of(nb, 1), 60)
+            assert note, notes_of(nb, 1)
+            assert f"the sandbox of this notebook ({kept}) ended" in note, note
+            assert "restored this notebook's variables saved" in note and "df (pandas." in note, note
+            nb.shot("ordinary-user-restored.png")
     finally:
         lab.stop()
         stop_users_server(state)
