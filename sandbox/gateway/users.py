@@ -19,7 +19,7 @@ then answers as an unknown id (404) on the node itself, and the listing leaves i
 
 Standard library only: ``deploy/kubernetes/jupyterhub/values.yaml`` repeats ``mint`` in the
 hub's configuration (the hub's image does not have this package), and
-tests/deploy/test_jupyterhub_values.py checks that the gateway accepts what it makes.
+tests/gateway/test_gateway_users.py checks that the gateway accepts what it makes.
 """
 
 from __future__ import annotations
