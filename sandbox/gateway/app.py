@@ -1,7 +1,8 @@
 """The gateway's routes: the node server's /v1 API, served over many nodes.
 
-Same token rule (``api.TokenAuth``), and user tokens besides (``callers.GatewayAuth``), same JSON errors (``api.EXCEPTION_HANDLERS``), same
-request validation (``schemas``), the same OpenAPI document plus the gateway's node routes.
+Same token rule as a node, and user tokens besides (``callers.GatewayAuth``), same JSON
+errors (``api.EXCEPTION_HANDLERS``), same request validation (``schemas``), the same OpenAPI
+document plus the gateway's node routes.
 Calls on one sandbox never reach this app: the gateway's relay (``relay.py``), which owns
 the front port, passes them to their node as bytes and forwards every other request here,
 over a unix socket of its own.
