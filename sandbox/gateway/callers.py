@@ -41,14 +41,15 @@ def identify(authorization: bytes, expected: bytes, user_secret: str) -> str | N
 def user_scope(user: str, declared: str | None) -> str:
     """The Sandbox-Scope a node gets for ``user``: their own label and family when the client
     declared none; the client's scope and reach inside the user's family when it did (``*``
-    becomes the user's whole family, never every sandbox)."""
+    becomes all of the user's sandboxes, never every sandbox)."""
     asked = scopes.parse(declared)
     base = users.label(user)
     if asked.own is None:
         names = [base, base + scopes.FAMILY]
     else:
-        names = [f"{base}:{asked.own}",
-                 *(base + scopes.FAMILY if r == scopes.ANY else f"{base}:{r}" for r in sorted(asked.reach))]
+        names = [f"{base}:{asked.own}"]
+        for reach in sorted(asked.reach):
+            names += [base, base + scopes.FAMILY] if reach == scopes.ANY else [f"{base}:{reach}"]
     value = ", ".join(names)
     try:
         scopes.parse(value)
