@@ -1,4 +1,4 @@
-"""``serve``, ``gateway``, ``doctor``, ``stop``, ``purge``: a server and its state directory."""
+"""``serve``, ``gateway``, ``user-token``, ``doctor``, ``stop``, ``purge``: a server and its state directory."""
 
 from __future__ import annotations
 
@@ -101,6 +101,18 @@ def cmd_gateway(args) -> int:
     if args.node:
         kwargs["nodes"] = args.node
     return serve_gateway(GatewayConfig(**kwargs), log_level=args.log_level)
+
+
+def cmd_user_token(args) -> int:
+    from ..gateway import users
+
+    secret = os.environ.get("SANDBOX_KERNEL_USER_SECRET", "")
+    try:
+        print(users.mint(secret, args.name))
+    except users.UserTokenError as exc:
+        error(str(exc))
+        return 2
+    return 0
 
 
 def cmd_doctor(args) -> int:
@@ -224,6 +236,11 @@ def _register_gateway(sub) -> None:
                     help="a node silent this long is gone: its sandboxes answer 410 (default 30; 503 before)")
     gw.add_argument("--log-level", default="info")
     gw.set_defaults(func=cmd_gateway)
+    p = command(sub, "user-token", "print a user's token for a gateway with a user secret: it reaches that user's "
+                                   "sandboxes only", """
+        SANDBOX_KERNEL_USER_SECRET=... sandbox-kernel user-token alice""")
+    p.add_argument("name", help="the user's name (JupyterHub's user name on a hub)")
+    p.set_defaults(func=cmd_user_token)
 
 
 def register(sub) -> None:

@@ -1,7 +1,8 @@
 """The gateway's routes: the node server's /v1 API, served over many nodes.
 
-Same token rule (``api.TokenAuth``), same JSON errors (``api.EXCEPTION_HANDLERS``), same
-request validation (``schemas``), the same OpenAPI document plus the gateway's node routes.
+Same token rule as a node, and user tokens besides (``callers.GatewayAuth``), same JSON
+errors (``api.EXCEPTION_HANDLERS``), same request validation (``schemas``), the same OpenAPI
+document plus the gateway's node routes.
 Calls on one sandbox never reach this app: the gateway's relay (``relay.py``), which owns
 the front port, passes them to their node as bytes and forwards every other request here,
 over a unix socket of its own.
@@ -22,12 +23,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .. import __version__
-from ..service import schemas, scopes
-from ..service.api import EXCEPTION_HANDLERS, TokenAuth, openapi_document, read_body
+from ..service import schemas
+from ..service.api import EXCEPTION_HANDLERS, openapi_document, read_body
 from ..usage.metrics import CONTENT_TYPE as METRICS_TYPE
 from ..common.errors import ApiError
 from ..service.openapi import error_responses, json_body, op
-from . import identity, placement
+from . import callers, identity, placement, users
 from .config import GatewayConfig
 from .metrics import GatewayMetrics
 from .nodes import NODE_UNAVAILABLE, Node, NodeTable
@@ -90,9 +91,9 @@ async def drain(request: Request):
 
 
 def scope_header(request: Request) -> dict[str, str]:
-    """The caller's Sandbox-Scope, passed on: the node labels and filters by it (sandbox/service/scopes.py)."""
-    value = request.headers.get(scopes.HEADER)
-    return {scopes.HEADER: value} if value is not None else {}
+    """The Sandbox-Scope the node labels and filters by (sandbox/service/scopes.py): the
+    caller's own, or a user token's user's (callers.py)."""
+    return callers.forwarded_scope(request)
 
 
 async def create(request: Request):
@@ -189,7 +190,15 @@ async def from_every_node(request: Request, path: str, key: str) -> tuple[list[t
 
 async def list_sandboxes(request: Request):
     answers, unavailable = await from_every_node(request, "/v1/sandboxes", "sandboxes")
-    return JSONResponse({"sandboxes": [s for _, found in answers for s in found], "nodes_unavailable": unavailable})
+    return JSONResponse({"sandboxes": [with_owner(s) for _, found in answers for s in found],
+                         "nodes_unavailable": unavailable})
+
+
+def with_owner(view: dict) -> dict:
+    """A sandbox a user token made, with its user as the owner (what ``ls`` shows the
+    administrator); others as their node described them."""
+    user = users.owner_of_label(view.get("scope"))
+    return {**view, "owner": {"uid": None, "name": user}} if user is not None and "owner" not in view else view
 
 
 async def usage_records(request: Request):
@@ -237,7 +246,7 @@ def build_gateway_app(config: GatewayConfig, table: NodeTable) -> Starlette:
     """The app behind the relay; the node table's refresh is run by ``server.py``, which
     shares the table with the relay."""
     app = Starlette(routes=ROUTES, exception_handlers=EXCEPTION_HANDLERS)
-    app.add_middleware(TokenAuth, token=config.token)
+    app.add_middleware(callers.GatewayAuth, token=config.token, user_secret=config.user_secret)
     app.state.table = table
     app.state.proxy = Proxy(table)
     app.state.config = config

@@ -14,6 +14,9 @@ class GatewayConfig(Configurable):
     token = Unicode("", help="Bearer token clients must send (default: SANDBOX_KERNEL_TOKEN).").tag(config=True)
     node_token = Unicode("", help="Bearer token the gateway sends to nodes (default: "
                          "SANDBOX_KERNEL_NODE_TOKEN, else the gateway's own token).").tag(config=True)
+    user_secret = Unicode("", help="Secret that user tokens are derived from (`sandbox-kernel user-token NAME`); "
+                          "a user token reaches its user's sandboxes only (default: SANDBOX_KERNEL_USER_SECRET; "
+                          "empty: no user tokens).").tag(config=True)
 
     nodes = List(Unicode(), help="Static discovery: node server URLs (http://HOST:PORT).").tag(config=True)
     dns_name = Unicode("", help="DNS discovery: a name whose A/AAAA records are the nodes "
@@ -32,6 +35,10 @@ class GatewayConfig(Configurable):
     @default("token")
     def _token_default(self):
         return os.environ.get("SANDBOX_KERNEL_TOKEN", "")
+
+    @default("user_secret")
+    def _user_secret_default(self):
+        return os.environ.get("SANDBOX_KERNEL_USER_SECRET", "")
 
     @default("node_token")
     def _node_token_default(self):

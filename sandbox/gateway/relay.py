@@ -5,7 +5,7 @@ Why not uvicorn + Starlette for everything: on a trivial execute the gateway's o
 a StreamingResponse with its disconnect listener and a task per streamed chunk, and the
 upstream client's request and response models. A call on one sandbox needs none of that:
 the relay parses only the request head (httptools, the C parser uvicorn uses), checks the
-token exactly as the node does (``auth.check_bearer``), reads the node from the sandbox id
+token as the node does, or a user token (``callers.identify``), reads the node from the sandbox id
 (``NodeTable.route``), and passes bytes both ways (``exchange.py``) over a kept-alive
 connection to that node (``pool.py``).
 
@@ -29,8 +29,9 @@ import urllib.parse
 
 import httptools
 
-from ..service.auth import check_bearer
 from ..common.errors import ApiError
+from ..service import scopes
+from . import callers
 from .config import GatewayConfig
 from .exchange import Exchange, error_answer
 from .nodes import NodeTable
@@ -39,6 +40,7 @@ from .pool import AppUpstream
 log = logging.getLogger("sandbox.gateway.relay")
 
 SANDBOX_PREFIX = b"/v1/sandboxes/"
+SCOPE_HEADER = scopes.HEADER.encode()
 RELAYED_METHODS = frozenset((b"GET", b"POST", b"PUT", b"DELETE"))
 # Routes whose answer may take as long as the cell: only the watchdog's node checks end
 # them. Any other relayed call that gets no byte from its node for this long has failed.
@@ -73,7 +75,11 @@ class Relay:
         if not raw_id:  # "/v1/sandboxes/": the app's 404, as before
             return Exchange(client, keep_alive, upstream=self.app, method=method, target=url, headers=headers)
         try:
-            check_bearer(_header(headers, b"authorization"), self.expected)
+            user = callers.identify(_header(headers, b"authorization"), self.expected, self.config.user_secret)
+            if user is not None:  # the node sees the user's scope, never the client's own
+                declared = _header(headers, SCOPE_HEADER)
+                scope = callers.user_scope(user, declared.decode("latin-1") if declared else None)
+                headers = [h for h in headers if h[0] != SCOPE_HEADER] + [(SCOPE_HEADER, scope.encode())]
             if method not in RELAYED_METHODS:
                 raise ApiError(405, "method_not_allowed", f"{method.decode()} is not allowed on {_text(path)}")
             length = _header(headers, b"content-length")

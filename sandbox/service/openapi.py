@@ -56,8 +56,9 @@ INFO = {
 SANDBOX_SCOPE = {"name": "Sandbox-Scope", "in": "header", "required": False,
                  "schema": {"type": "string", "maxLength": 4096},
                  "description": "own[, other...]: a scoped caller (an agent's tools) reaches only sandboxes labelled with "
-                                "one of these scopes ('*' among the others: any); what it creates is labelled `own`. "
-                                "Others' sandboxes answer 404 and are not listed (sandbox/service/scopes.py)."}
+                                "one of these scopes ('*' among the others: any; 'NAME:*': any label NAME:...); "
+                                "what it creates is labelled `own`. Others' sandboxes answer 404 and are not listed "
+                                "(sandbox/service/scopes.py)."}
 COMMAND_ID = {"name": "command_id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}
 SAVE_ID = {"name": "save_id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^sv-[0-9a-f]{16}$"}}
 LABEL = {"name": "label", "in": "query", "required": False, "schema": {"type": "string", "maxLength": 512}}

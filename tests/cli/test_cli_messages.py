@@ -61,6 +61,7 @@ WITHOUT_A_SERVER = [
     ("serve --state-dir STATE --pool-image stats", 1),
     ("serve --state-dir STATE --host 0.0.0.0", 2),
     ("gateway --node http://127.0.0.1:9", 2),
+    ("user-token alice", 2),
     ("mcp --transport http --port 9", 1),
 ]
 # On a running server (SERVER: its URL); the ids are of no sandbox.

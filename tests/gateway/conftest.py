@@ -19,8 +19,10 @@ import support
 class GatewayProcess:
     """``python -m sandbox gateway`` on a free loopback port."""
 
-    def __init__(self, token: str, log_path: pathlib.Path, *args: str, launcher: t.Sequence[str] = ()):
+    def __init__(self, token: str, log_path: pathlib.Path, *args: str, launcher: t.Sequence[str] = (),
+                 env: dict[str, str] | None = None):
         self.token, self.log_path, self.args = token, log_path, list(args)
+        self.extra_env = dict(env or {})  # settings the gateway reads from its environment
         # What runs ``sandbox``: ``python -m sandbox``, or a control's variant of it.
         self.launcher = list(launcher) or [sys.executable, "-m", "sandbox"]
         self.port = support.free_port()
@@ -31,7 +33,7 @@ class GatewayProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([*self.launcher, "gateway", "--port", str(self.port), *self.args],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=support.server_env(self.token), cwd=str(support.REPO), start_new_session=True)
+                                         env=support.server_env(self.token, self.extra_env), cwd=str(support.REPO), start_new_session=True)
         deadline = time.monotonic() + 60
         while not support.is_healthy(self.url):
             if self.proc.poll() is not None or time.monotonic() > deadline:
