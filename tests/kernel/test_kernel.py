@@ -636,14 +636,17 @@ def execute_notebook(nb: t.Any, folder: pathlib.Path) -> None:
     from nbclient import NotebookClient
 
     log = folder / "kernel-stderr.txt"
+    km = support.kernel_manager("sandbox")  # nbclient shuts down only a kernel manager it made
     with open(log, "wb") as stderr:
         try:
-            NotebookClient(nb, km=support.kernel_manager("sandbox"), timeout=120,
-                           resources={"metadata": {"path": str(folder)}}).execute(stderr=stderr)
+            NotebookClient(nb, km=km, timeout=120, resources={"metadata": {"path": str(folder)}}).execute(stderr=stderr)
         except RuntimeError as e:
             if "Kernel died" not in str(e):
                 raise
             raise AssertionError(f"the kernel died at start; its stderr:\n{log.read_text(errors='replace')[-4000:]}") from e
+        finally:
+            if km.has_kernel:
+                km.shutdown_kernel(now=False)
 
 
 def test_nbclient_runs_a_notebook(kernel_env, tmp_path):
