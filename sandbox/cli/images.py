@@ -48,7 +48,8 @@ def cmd_image_ls(args) -> int:
         print("no images yet: sandbox-kernel image build", file=sys.stderr)
         return 0
     rows = [[i["name"], human.size(i["size_bytes"]), human.relative(i["built_at"]),
-             ", ".join(i["pip"]) if i.get("base") else
+             ", ".join((i.get("apt") or []) + (i.get("npm") or []) + i["pip"]) + (f" on {i['base']}" if i.get("root") else "")
+             if i.get("base") else
              f"{len(i.get('package_list') or i['packages'])} packages" + (", own Debian root" if i.get("root") else "")]
             for i in images]
     print(human.table(["NAME", "SIZE", "BUILT", "PACKAGES"], rows, right={1}))

@@ -117,7 +117,7 @@ def build_layered(images_dir: str, target: str, recipe: dict, base: dict, image_
     return _pack(target, root, recipe, {"base": base["name"], "base_hash": base["hash"], "venv": venv,
                                         "layers": base["layers"], "python_version": version, "mplcache": mplcache,
                                         "pip_list": pip_list, "package_list": package_list},
-                 image_format, started, progress)
+                 image_format, started, progress, shared_with=base_root)
 
 
 def layered_list(base: dict, name: str, found: list[dict]) -> list[dict]:
@@ -134,10 +134,12 @@ def layered_list(base: dict, name: str, found: list[dict]) -> list[dict]:
 
 
 def _pack(target: str, root: str, recipe: dict, made: dict, image_format: int, started: float,
-          progress: Progress) -> dict:
-    """The root finished (mount points, no apt lists) and packed; the image's record."""
+          progress: Progress, shared_with: str | None = None) -> dict:
+    """The root finished (mount points, no apt lists) and packed; the image's record. Its
+    size is the disk it adds: a layered image's files shared with its base's root
+    (``shared_with``) are the base's."""
     debian_root.finish(root)
-    size = dir_size(target)
+    size = dir_size(target) if shared_with is None else _unshared_size(target, shared_with)
     mount = tree_mount(root, "/", os.path.join(target, "root.ext4"), progress)
     pip_list, package_list = made.pop("pip_list"), made.pop("package_list")
     info = {
@@ -153,6 +155,21 @@ def _pack(target: str, root: str, recipe: dict, made: dict, image_format: int, s
     progress(f"image {recipe['name']!r} built in {info['build_seconds']} s ({size // (1024 * 1024)} MiB, "
              f"{len(package_list)} packages)")
     return info
+
+
+def _unshared_size(tree: str, base_root: str) -> int:
+    """The bytes of the files under ``tree`` that are not hard links to files of ``base_root``."""
+    shared = set()
+    for where, _, names in os.walk(base_root):
+        for name in names:
+            st = os.lstat(os.path.join(where, name))
+            shared.add((st.st_dev, st.st_ino))
+    total = 0
+    for where, _, names in os.walk(tree):
+        for name in names:
+            st = os.lstat(os.path.join(where, name))
+            total += 0 if (st.st_dev, st.st_ino) in shared else st.st_size
+    return total
 
 
 def _tree_of(image: dict, sandbox_path: str) -> str:
