@@ -31,6 +31,7 @@ finds the very files it had mapped.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -189,8 +190,11 @@ def apt_install(root: str, apt: list[str], cache: str, run: Callable[[list[str]]
     options = ["-o", "APT::Sandbox::User=root", "-o", "APT::Install-Recommends=false", "-o", "Dpkg::Use-Pty=false"]
     env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     binds = {cache: "/var/cache/apt/archives"}
-    run(inside(root, ["apt-get", *options, "-q", "update"], binds, env))
-    run(inside(root, ["apt-get", *options, "-q", "-y", "install", *sorted(set(apt))], binds, env))
+    # one apt at a time on the shared cache: apt locks it, and another build's apt would fail
+    with open(cache.rstrip("/") + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run(inside(root, ["apt-get", *options, "-q", "update"], binds, env))
+        run(inside(root, ["apt-get", *options, "-q", "-y", "install", *sorted(set(apt))], binds, env))
 
 
 def npm_install(root: str, packages: list[str], npm_cache: str, run: Callable[[list[str]], None]) -> None:
