@@ -62,6 +62,20 @@ def lend(server: support.Server, image_json: pathlib.Path) -> None:
     shutil.copy2(image_json, dest / "image.json")
 
 
+@pytest.fixture(params=("bwrap", "gvisor"))
+def tier(request) -> str:
+    """A sandbox tier for one test (function scope: a file's tests stay one group, so that its
+    module's fixtures are built once); the gVisor half skipped, with the reason, where runsc
+    cannot run."""
+    if request.param == "gvisor":
+        from sandbox.isolation import gvisor
+
+        ok, why = gvisor.available()
+        if not ok:
+            pytest.skip(f"gvisor backend unavailable here: {why}")
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def own_root_image(sandbox_server) -> dict:
     """The recipe's image, built once per run (or reused from the kept image home), and

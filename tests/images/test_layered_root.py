@@ -21,7 +21,7 @@ import pytest
 import support
 import testrun
 
-from own_root_image import NAME as BASE, build_and_lend, own_root_image  # noqa: F401 (the run's shared build)
+from own_root_image import NAME as BASE, build_and_lend, own_root_image, tier  # noqa: F401 (the shared build, tiers)
 
 # the first test of a run builds the shared image(s): minutes on 2 shared cores with cold caches
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -126,8 +126,8 @@ def test_the_layer_shares_the_base_root_by_hard_links(layered, own_root_image):
     assert not os.path.exists(os.path.join(base_root, "usr/bin/jq"))
 
 
-def test_a_sandbox_of_the_layer_has_both_layers_packages(api, new_sandbox, layered):
-    sbx = new_sandbox(image=layered["name"], isolation="bwrap")
+def test_a_sandbox_of_the_layer_has_both_layers_packages(api, new_sandbox, layered, tier):
+    sbx = new_sandbox(image=layered["name"], isolation=tier)
     out = shell(api, sbx["id"], "echo '{\"n\": 42}' | jq .n; node -e 'console.log(require(\"left-pad\")(\"7\", 3, \"0\"))'; "
                                 "gcc --version >/dev/null && echo gcc")
     assert out.split() == ["42", "007", "gcc"], out

@@ -12,7 +12,7 @@ import pytest
 
 import support
 
-from own_root_image import r_image  # noqa: F401 (the run's shared build)
+from own_root_image import r_image, tier  # noqa: F401 (the run's shared build, the tiers)
 
 # the first test of a run builds the shared image(s): minutes on 2 shared cores with cold caches
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -28,17 +28,6 @@ print("frame", rscript(frame))
 print("version", rscript('cat(R.version$major, R.version$minor, sep = ".")'))
 print("exit", rscript("quit(status = 3)")[0])
 """
-
-
-@pytest.fixture(params=("bwrap", "gvisor"))
-def tier(request) -> str:
-    if request.param == "gvisor":
-        from sandbox.isolation import gvisor
-
-        ok, why = gvisor.available()
-        if not ok:
-            pytest.skip(f"gvisor backend unavailable here: {why}")
-    return request.param
 
 
 def stdout_lines(events: list[dict]) -> dict[str, str]:
