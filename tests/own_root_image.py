@@ -1,41 +1,89 @@
-"""The run's one image on a root of its own (Debian packages, an npm and a pip package),
-shared by every test that needs one: built once into the run's image home (kept between
-runs with SANDBOX_KERNEL_TEST_STATE_DIR, where building it again reuses it: images are
-content-addressed) under a name that carries the recipe's hash, then lent to the session
-server as its other images are (support.make_state_dir). Import the fixture by name."""
+"""The run's images on a root of their own, shared by every test that needs one: each built
+once into the run's image home (kept between runs with SANDBOX_KERNEL_TEST_STATE_DIR, where
+building it again reuses it: images are content-addressed) under a name that carries the
+recipe's hash, then lent to the session server as its other images are
+(support.make_state_dir). Import the fixtures by name.
+
+- ``own_root_image``: Debian packages (gcc, nodejs, npm), an npm and a pip package;
+- ``r_image``: the shipped ``r`` recipe (Debian's R), about 100 s and 630 MiB here.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import pathlib
 import shutil
 import subprocess
 import sys
 
 import pytest
 
+import support
 import testrun
 
 from sandbox.images import debian_root
+from sandbox.images.images import RECIPES
 
 RECIPE = {"apt": ["gcc", "libc6-dev", "nodejs", "npm"], "npm": ["left-pad"], "pip": ["six"]}
 NAME = "own-root-" + hashlib.sha256(json.dumps(RECIPE, sort_keys=True).encode()).hexdigest()[:8]
+R_RECIPE = {k: RECIPES["r"][k] for k in ("root", "apt", "pip")}
+R_NAME = "r-" + hashlib.sha256(json.dumps(R_RECIPE, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def build_argv(name: str, recipe: dict) -> list[str]:
+    """`sandbox image build NAME` of ``recipe`` (root, base, apt, npm, pip) into the run's image home."""
+    argv = [sys.executable, "-m", "sandbox", "image", "build", name, "--state-dir", str(testrun.image_home())]
+    for key in ("root", "base"):
+        if recipe.get(key):
+            argv += [f"--{key}", recipe[key]]
+    for key in ("apt", "npm", "pip"):
+        if recipe.get(key):
+            argv += [f"--{key}", *recipe[key]]
+    return argv
+
+
+def build_and_lend(server: support.Server, name: str, recipe: dict) -> tuple[dict, str]:
+    """``recipe`` built (or reused) as ``name`` in the run's image home and known to
+    ``server``; its record and the build's output (its progress lines)."""
+    ok, why = debian_root.available()
+    if not ok:
+        pytest.skip(f"an image on a root of its own cannot be built here: {why}")
+    r = subprocess.run(build_argv(name, recipe), capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    source = testrun.image_home() / "images" / name / "image.json"
+    lend(server, source)
+    return json.loads(source.read_text()), r.stdout + r.stderr
+
+
+def lend(server: support.Server, image_json: pathlib.Path) -> None:
+    dest = server.state_dir / "images" / image_json.parent.name
+    dest.mkdir(mode=0o755, parents=True, exist_ok=True)
+    shutil.copy2(image_json, dest / "image.json")
+
+
+@pytest.fixture(params=("bwrap", "gvisor"))
+def tier(request) -> str:
+    """A sandbox tier for one test (function scope: a file's tests stay one group, so that its
+    module's fixtures are built once); the gVisor half skipped, with the reason, where runsc
+    cannot run."""
+    if request.param == "gvisor":
+        from sandbox.isolation import gvisor
+
+        ok, why = gvisor.available()
+        if not ok:
+            pytest.skip(f"gvisor backend unavailable here: {why}")
+    return request.param
 
 
 @pytest.fixture(scope="session")
 def own_root_image(sandbox_server) -> dict:
     """The recipe's image, built once per run (or reused from the kept image home), and
     known to the session server."""
-    ok, why = debian_root.available()
-    if not ok:
-        pytest.skip(f"an image on a root of its own cannot be built here: {why}")
-    home = testrun.image_home()
-    argv = [sys.executable, "-m", "sandbox", "image", "build", NAME, "--state-dir", str(home),
-            "--apt", *RECIPE["apt"], "--npm", *RECIPE["npm"], "--pip", *RECIPE["pip"]]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    source = home / "images" / NAME / "image.json"
-    dest = sandbox_server.state_dir / "images" / NAME
-    dest.mkdir(mode=0o755, parents=True, exist_ok=True)
-    shutil.copy2(source, dest / "image.json")
-    return json.loads(source.read_text())
+    return build_and_lend(sandbox_server, NAME, RECIPE)[0]
+
+
+@pytest.fixture(scope="session")
+def r_image(sandbox_server) -> dict:
+    """The shipped ``r`` recipe's image (Debian's r-base-core), built once per run."""
+    return build_and_lend(sandbox_server, R_NAME, R_RECIPE)[0]

@@ -34,7 +34,7 @@ def cmd_image_build(args) -> int:
         with BuildProgress(sys.stderr) as progress:
             info = _store(args).build(args.name or DEFAULT_IMAGE, pip=args.pip or [], requirements=requirements,
                                       preload=preload, apt=args.apt or [], npm=args.npm or [],
-                                      root=args.root, progress=progress)
+                                      root=args.root, base=args.base, progress=progress)
     except ImageError as exc:
         error(str(exc))
         return 1
@@ -48,7 +48,8 @@ def cmd_image_ls(args) -> int:
         print("no images yet: sandbox-kernel image build", file=sys.stderr)
         return 0
     rows = [[i["name"], human.size(i["size_bytes"]), human.relative(i["built_at"]),
-             ", ".join(i["pip"]) if i.get("base") else
+             ", ".join((i.get("apt") or []) + (i.get("npm") or []) + i["pip"]) + (f" on {i['base']}" if i.get("root") else "")
+             if i.get("base") else
              f"{len(i.get('package_list') or i['packages'])} packages" + (", own Debian root" if i.get("root") else "")]
             for i in images]
     print(human.table(["NAME", "SIZE", "BUILT", "PACKAGES"], rows, right={1}))
@@ -163,7 +164,8 @@ def register(sub) -> None:
         sandbox-kernel image build
         sandbox-kernel image build stats --pip scipy statsmodels --preload scipy
         sandbox-kernel image build ml --requirements requirements.txt
-        sandbox-kernel image build poly --apt nodejs npm gcc libc6-dev --npm typescript --pip polars""")
+        sandbox-kernel image build poly --apt nodejs npm gcc libc6-dev --npm typescript --pip polars
+        sandbox-kernel image build node-jq --base nodejs --apt jq""")
     p.add_argument("name", nargs="?")
     p.add_argument("--pip", nargs="+", metavar="PKG")
     p.add_argument("--requirements", metavar="FILE")
@@ -171,6 +173,8 @@ def register(sub) -> None:
     p.add_argument("--apt", nargs="+", metavar="PKG", help="Debian packages: the image gets a Debian root of its own")
     p.add_argument("--npm", nargs="+", metavar="PKG", help="npm packages, installed by the image's own npm")
     p.add_argument("--root", choices=["debian"], help="a Debian root of its own even without --apt/--npm")
+    p.add_argument("--base", metavar="IMAGE", help="add the packages to IMAGE, an image on a root of its own, "
+                   "without rebuilding it (its root is shared)")
     add_state_dir(p)
     p.set_defaults(func=cmd_image_build)
     p = command(isub, "ls", "list images", "sandbox-kernel image ls")

@@ -31,6 +31,7 @@ finds the very files it had mapped.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -108,9 +109,10 @@ def inside(root: str, argv: list[str], binds: dict[str, str] | None = None, env:
 
 
 def python_env(root: str, venv: str, packages: list[str], requirements: str | None, uv: str, uv_cache: str,
-               uv_env: dict | None, run: Callable[[list[str]], None]) -> None:
+               uv_env: dict | None, run: Callable[[list[str]], None], create: bool = True) -> None:
     """The image's venv at ``venv`` (a sandbox path) from the root's own python3, and its
-    packages, with uv (the host's uv binary and cache, bound in)."""
+    packages, with uv (the host's uv binary and cache, bound in); ``create=False`` adds the
+    packages to the venv a base image's root already holds (a layered image)."""
     os.makedirs(uv_cache, exist_ok=True)
     binds = {uv: "/run/uv", uv_cache: "/run/uv-cache"}
     settings = {k: v for k, v in (uv_env or {}).items() if k.startswith("UV_") or k == "SSL_CERT_FILE"}
@@ -123,8 +125,9 @@ def python_env(root: str, venv: str, packages: list[str], requirements: str | No
     local = local_sources(settings)
     made = sorted({prefix for p in local for prefix in _prefixes(p) if not os.path.lexists(root + prefix)})
     try:
-        run(inside(root, ["/run/uv", "venv", "-q", "--seed", "--python", "/usr/bin/python3", venv], binds, settings,
-                   local))
+        if create:
+            run(inside(root, ["/run/uv", "venv", "-q", "--seed", "--python", "/usr/bin/python3", venv], binds,
+                       settings, local))
         if requirements:
             with open(root + "/run/requirements.txt", "w") as f:
                 f.write(requirements)
@@ -171,6 +174,27 @@ def _remove_mount_points(root: str, made: list[str]) -> None:
                 os.unlink(current)
         except OSError:
             pass
+
+
+def apt_install(root: str, apt: list[str], cache: str, run: Callable[[list[str]], None]) -> None:
+    """The recipe's Debian packages added to a root that exists (a base image's, seen
+    through the layered build's overlay: root_overlay.py) by the root's own apt, from the
+    sources mmdebstrap wrote into it; the downloaded packages kept in ``cache``."""
+    if not apt:
+        return
+    os.makedirs(os.path.join(cache, "partial"), exist_ok=True)
+    for d in ("/var/lib/apt/lists/partial", "/var/cache/apt/archives", "/var/log/apt"):
+        os.makedirs(root + d, exist_ok=True)
+    # the root's apt runs as root in the build's namespace: its download user (_apt) would
+    # need a setuid the namespace does not give, and there is no terminal for debconf
+    options = ["-o", "APT::Sandbox::User=root", "-o", "APT::Install-Recommends=false", "-o", "Dpkg::Use-Pty=false"]
+    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    binds = {cache: "/var/cache/apt/archives"}
+    # one apt at a time on the shared cache: apt locks it, and another build's apt would fail
+    with open(cache.rstrip("/") + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run(inside(root, ["apt-get", *options, "-q", "update"], binds, env))
+        run(inside(root, ["apt-get", *options, "-q", "-y", "install", *sorted(set(apt))], binds, env))
 
 
 def npm_install(root: str, packages: list[str], npm_cache: str, run: Callable[[list[str]], None]) -> None:

@@ -17,6 +17,7 @@ import uuid
 from datetime import datetime, timezone
 
 INDEX = "package index"
+PROPERTY = "sandbox-kernel"  # the namespace of this project's CycloneDX properties
 # Run by the image's interpreter: every distribution on its path, with what says where it came from.
 INVENTORY = r"""
 import importlib.metadata as m, json, os
@@ -71,6 +72,7 @@ def sbom(image: dict) -> str:
     """The image's CycloneDX 1.5 SBOM (JSON), made with the CycloneDX project's own library.
     Its serial number and time come from the image (its recipe hash and build time), so the
     document is the same every time it is asked for."""
+    from cyclonedx.model import Property
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType
     from cyclonedx.output.json import JsonV1Dot5
@@ -80,6 +82,9 @@ def sbom(image: dict) -> str:
     bom.metadata.component = Component(name=image["name"], version=image.get("hash") or "unknown",
                                        type=ComponentType.CONTAINER, bom_ref=f"image:{image['name']}")
     image_component = bom.metadata.component
+    if image.get("base") and image.get("root"):  # layered on another image's root: which one, which build
+        image_component.properties.add(Property(name=f"{PROPERTY}:base", value=image["base"]))
+        image_component.properties.add(Property(name=f"{PROPERTY}:base-hash", value=image.get("base_hash") or ""))
     for package in package_list(image):
         bom.components.add(_component(package))
     # The image is made of its packages: a complete dependency graph (the library warns of an
@@ -93,7 +98,7 @@ def _component(package: dict):
     """One package as a CycloneDX component: a pypi, deb or npm purl (the purl spec's
     types), its licences by name where the metadata gave them, its source where it is not
     the ecosystem's usual one."""
-    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, Property, XsUri
     from cyclonedx.model.component import Component, ComponentType
     from cyclonedx.model.license import DisjunctiveLicense
     from packageurl import PackageURL
@@ -113,6 +118,9 @@ def _component(package: dict):
         namespace, _, name = package["name"].rpartition("/")
         purl = PackageURL(type="npm", namespace=namespace or None, name=name, version=package["version"])
         name = package["name"]
+    # a layered image's package names the image (layer) that brought it: the base's or its own
+    properties = [Property(name=f"{PROPERTY}:image", value=package["image"])] if package.get("image") else []
     return Component(name=name, version=package["version"], type=ComponentType.LIBRARY, purl=purl,
                      bom_ref=f"{ecosystem}:{name}@{package['version']}", external_references=refs,
-                     licenses=[DisjunctiveLicense(name=lic) for lic in package.get("licenses") or []])
+                     licenses=[DisjunctiveLicense(name=lic) for lic in package.get("licenses") or []],
+                     properties=properties)

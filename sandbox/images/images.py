@@ -63,6 +63,9 @@ RECIPES: dict[str, dict] = {
     "gemini-analysis": {"root": "debian", "pip": ["polars", "duckdb", "scipy"], "preload": DEFAULT_PRELOAD},
     # Node.js and TypeScript beside Python, for polyglot notebooks and `commands.run(["node", ...])`.
     "nodejs": {"apt": ["nodejs", "npm"], "npm": ["typescript"], "pip": [], "preload": DEFAULT_PRELOAD},
+    # R beside Python (`Rscript`, `%%script Rscript`): Debian's R without its recommends
+    # (no compilers, no recommended CRAN packages), 100 s and 630 MiB here (tests/images/test_r_image.py).
+    "r": {"root": "debian", "apt": ["r-base-core"], "pip": [], "preload": DEFAULT_PRELOAD},
     "datascience": {
         "pip": ["scipy", "scikit-learn", "seaborn", "statsmodels", "pyarrow", "openpyxl", "xlrd",
                 "polars", "duckdb", "sympy", "networkx", "plotly", "tabulate"],
@@ -90,7 +93,8 @@ def recipe_hash(recipe: dict) -> str:
     """The recipe's identity: a venv image's fields, and an own-root image's only where set
     (so that the hashes of images built before own roots existed do not change)."""
     fields = {k: recipe.get(k) for k in ("base", "pip", "requirements", "preload")}
-    fields.update({k: recipe[k] for k in ("root", "apt", "npm") if recipe.get(k)})
+    # base_hash: a layered own-root image names its base's build, not only its name
+    fields.update({k: recipe[k] for k in ("root", "apt", "npm", "base_hash") if recipe.get(k)})
     canonical = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -109,10 +113,13 @@ def _clean(values: Iterable[str], pattern: re.Pattern | None, kind: str) -> list
 
 
 def make_recipe(name: str, pip: Iterable[str], requirements: str | None, preload: Iterable[str] | None,
-                apt: Iterable[str] = (), npm: Iterable[str] = (), root: str | None = None) -> dict:
+                apt: Iterable[str] = (), npm: Iterable[str] = (), root: str | None = None,
+                base: str | None = None) -> dict:
     """A build request as a recipe, checked: a shipped recipe where only its name is given;
     the default packages in the default image and in an image on a root of its own (which
-    has no base image: the runtime's packages must be in its own venv)."""
+    has no base image: the runtime's packages must be in its own venv). A ``base`` other
+    than the default image is an image on a root of its own that this one adds packages to
+    (the store checks that it is one: ImageStore.build)."""
     if not NAME_RE.match(name or ""):
         raise ImageError(f"image name {name!r} is not valid: use lowercase letters, digits, '.', '_' and '-'")
     pip = _clean(pip, None, "a package requirement")
@@ -120,11 +127,21 @@ def make_recipe(name: str, pip: Iterable[str], requirements: str | None, preload
     npm = _clean(npm, NPM_SPEC_RE, "an npm package (NAME or NAME@VERSION)")
     if root not in (None, "debian"):
         raise ImageError(f"root {root!r} is not known: an image's own root is \"debian\" (or leave it out)")
-    if name in RECIPES and not pip and not requirements and not apt and not npm and root is None:
+    if name in RECIPES and not pip and not requirements and not apt and not npm and root is None and base is None:
         shipped = RECIPES[name]
         pip, apt, npm = sorted(shipped["pip"]), sorted(shipped.get("apt", [])), sorted(shipped.get("npm", []))
-        root = shipped.get("root")
+        root, base = shipped.get("root"), shipped.get("base")
         preload = shipped["preload"] if preload is None else preload
+    if base is not None and base != DEFAULT_IMAGE:
+        if not NAME_RE.match(base) or base == name:
+            raise ImageError(f"base image {base!r} is not valid: name another image (built or shipped)")
+        if not pip and not requirements and not apt and not npm:
+            raise ImageError(f"an image layered on {base!r} needs packages: --pip, --requirements, --apt or --npm")
+        return {"name": name, "base": base, "root": "debian", "apt": apt, "npm": npm, "pip": pip,
+                "requirements": requirements, "preload": list(preload if preload is not None else DEFAULT_PRELOAD)}
+    if base == DEFAULT_IMAGE and (apt or npm or root):
+        raise ImageError("the default image is a venv over the host's /usr: Debian and npm packages need a root of "
+                         "its own (leave the base out, or layer on an image that has one)")
     if apt or npm or root == "debian":
         return {"name": name, "base": None, "root": "debian", "apt": apt, "npm": npm,
                 "pip": sorted(set(DEFAULT_PACKAGES) | set(pip)), "requirements": requirements,
@@ -224,8 +241,11 @@ class ImageStore:
 
     def build(self, name: str, pip: Iterable[str] = (), requirements: str | None = None,
               preload: Iterable[str] | None = None, progress: Progress = print, apt: Iterable[str] = (),
-              npm: Iterable[str] = (), root: str | None = None) -> dict:
-        recipe = make_recipe(name, pip, requirements, preload, apt, npm, root)
+              npm: Iterable[str] = (), root: str | None = None, base: str | None = None) -> dict:
+        recipe = make_recipe(name, pip, requirements, preload, apt, npm, root, base)
+        own_base = self._own_root_base(recipe, progress) if recipe["base"] not in (None, DEFAULT_IMAGE) else None
+        if own_base is not None:
+            recipe["base_hash"] = own_base["hash"]
         recipe["hash"] = recipe_hash(recipe)
         with self._lock(name):
             stale = self._read(name)
@@ -240,13 +260,16 @@ class ImageStore:
                 raise ImageError(f"image {name!r} already exists with another recipe; images are immutable: "
                                  f"remove it first (sandbox-kernel image rm {name})", code="conflict")
             base = None
-            if recipe["base"]:
+            if recipe["base"] == DEFAULT_IMAGE:
                 base = self.get(recipe["base"]) or self.ensure_default(progress)
             target = self.path(name)
             if os.path.exists(target):
                 _discard(target)  # leftovers of a build that died, or an image of another format
             try:
-                if recipe.get("root") == "debian":
+                if own_base is not None:
+                    info = own_root.build_layered(self.state.images, target, recipe, own_base, IMAGE_FORMAT, progress)
+                    statefile.write_json(os.path.join(target, "image.json"), info, mode=0o644)
+                elif recipe.get("root") == "debian":
                     info = own_root.build(self.state.images, target, recipe, f"{SANDBOX_IMAGES}/{name}", IMAGE_FORMAT,
                                           progress)
                     statefile.write_json(os.path.join(target, "image.json"), info, mode=0o644)
@@ -256,6 +279,22 @@ class ImageStore:
                 _discard(target)
                 raise
             return info
+
+    def _own_root_base(self, recipe: dict, progress: Progress) -> dict:
+        """The image a layered recipe builds on: built already, or a shipped recipe built
+        now; it must have a root of its own (a venv image's packages live over the host's
+        /usr, which a layer cannot add Debian packages to)."""
+        name = recipe["base"]
+        base = self.get(name)
+        if base is None and name in RECIPES:
+            progress(f"the base image {name!r} is not built yet: building it first")
+            base = self.build(name, progress=progress)
+        if base is None:
+            raise ImageError(f"no image named {name!r} to build {recipe['name']!r} on: build it first", code="not_found")
+        if base.get("root") != "debian":
+            raise ImageError(f"image {name!r} has no root of its own: an image is layered on the default image "
+                             "(leave the base out) or on an image with a root of its own")
+        return base
 
     def _python_copy(self, progress: Progress) -> tuple[dict | None, str]:
         """The mount of a copy of the base interpreter that sandbox uids can read (None if
@@ -377,8 +416,10 @@ class ImageStore:
         users = in_use(name)
         if users:
             raise ImageError(f"image {name!r} is in use by {users} sandbox(es); delete them first", code="conflict")
-        if name == DEFAULT_IMAGE and any(i.get("base") == name for i in self.list()):
-            raise ImageError("other images are built on the default image; remove them first", code="conflict")
+        layered = sorted(i["name"] for i in self.list() if i.get("base") == name)
+        if layered:
+            raise ImageError(f"other images are built on image {name!r} ({', '.join(layered)}); remove them first",
+                             code="conflict")
         with self._lock(name):
             target = self.path(name)
             os.unlink(os.path.join(target, "image.json"))  # unselectable first, then gone

@@ -495,7 +495,8 @@ async def build_image(request: Request):
         try:
             built = await manager.build_image(data["name"], pip=data.get("pip", []), requirements=data.get("requirements"),
                                               preload=data.get("preload"), apt=data.get("apt", []),
-                                              npm=data.get("npm", []), root=data.get("root"), progress=progress)
+                                              npm=data.get("npm", []), root=data.get("root"),
+                                              base=data.get("base"), progress=progress)
             result = {"type": "done", "status": "ok", "image": image_view(built, manager)}
         except ImageError as exc:
             result = {"type": "done", "status": "error", "error": {"code": exc.code, "message": str(exc)}}

@@ -209,6 +209,8 @@ IMAGE_BUILD = {
     "apt": Field(list, items=str, max_length=200),
     "npm": Field(list, items=str, max_length=200),
     "root": Field(str, max_length=16),
+    # an image on a root of its own that this one adds packages to (its root shared, not rebuilt)
+    "base": Field(str, pattern=IMAGE_NAME),
 }
 IMAGE_PULL = {"digest": Field(str, pattern=r"^sha256:[0-9a-f]{64}$",
                              description="Pull exactly this manifest (sha256:HEX, as a push answered); "

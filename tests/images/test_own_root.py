@@ -17,20 +17,9 @@ import pytest
 
 import support
 
-from own_root_image import RECIPE, own_root_image  # noqa: F401 (the run's shared build)
+from own_root_image import RECIPE, own_root_image, tier  # noqa: F401 (the run's shared build, the tiers)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(params=("bwrap", "gvisor"))
-def tier(request) -> str:
-    if request.param == "gvisor":
-        from sandbox.isolation import gvisor
-
-        ok, why = gvisor.available()
-        if not ok:
-            pytest.skip(f"gvisor backend unavailable here: {why}")
-    return request.param
 
 
 def command(api, sandbox_id: str, **body) -> tuple[dict, str]:

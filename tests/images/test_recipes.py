@@ -93,3 +93,41 @@ def test_an_own_root_recipe_hash_differs_and_a_venv_recipe_hash_is_unchanged() -
     assert images.recipe_hash(venv) == "8feeff441577f24f"  # what the version before own roots computed
     own = images.make_recipe("tiny", ["six"], None, None, apt=["gcc"])
     assert images.recipe_hash(own) != images.recipe_hash(images.make_recipe("tiny", ["six"], None, None, apt=["g++"]))
+
+
+def test_the_shipped_r_recipe_is_debian_r_on_a_root_of_its_own() -> None:
+    r = images.make_recipe("r", [], None, None)
+    assert r["root"] == "debian" and r["base"] is None and r["apt"] == ["r-base-core"]
+    assert set(images.DEFAULT_PACKAGES) <= set(r["pip"])
+
+
+def test_a_layered_recipe_names_its_base_and_its_base_build_in_its_hash() -> None:
+    """Content-addressed on the base's build too: the same packages on another build of the
+    base (its hash) are another image."""
+    layer = images.make_recipe("node-jq", [], None, None, apt=["jq"], base="nodejs")
+    assert layer["base"] == "nodejs" and layer["root"] == "debian" and layer["pip"] == []  # the base has the runtime's
+    one, other = dict(layer, base_hash="a" * 16), dict(layer, base_hash="b" * 16)
+    assert images.recipe_hash(one) != images.recipe_hash(other)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"base": "nodejs"}, "needs packages"),
+    ({"base": "node-jq", "apt": ["jq"]}, "not valid"),
+    ({"base": "Bad/Name", "apt": ["jq"]}, "not valid"),
+    ({"base": images.DEFAULT_IMAGE, "apt": ["jq"]}, "root of its own"),
+])
+def test_a_bad_base_is_refused_with_a_message(kwargs, message) -> None:
+    with pytest.raises(images.ImageError, match=message):
+        images.make_recipe("node-jq", [], None, None, **kwargs)
+
+
+def test_a_layer_on_an_image_without_a_root_of_its_own_is_refused(recorded_builds, monkeypatch) -> None:
+    """A venv image's packages live over the host's /usr: there is no root to add to."""
+    store, builds = recorded_builds
+    monkeypatch.setattr(ImageStore, "get", lambda self, name: {"name": name, "venv": "/x", "layers": [], "hash": "h"}
+                        if name == "stats" else None)
+    with pytest.raises(images.ImageError, match="no root of its own"):
+        store.build("layer", apt=["jq"], base="stats", progress=lambda line: None)
+    with pytest.raises(images.ImageError, match="no image named 'missing'"):
+        store.build("layer", apt=["jq"], base="missing", progress=lambda line: None)
+    assert builds == []

@@ -1,0 +1,70 @@
+"""R in an image on a root of its own: the shipped ``r`` recipe (Debian's r-base-core), built
+once per run (tests/own_root_image.py), runs `Rscript` from a Python cell on both tiers, and
+its SBOM names the R that runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+import support
+
+from own_root_image import r_image, tier  # noqa: F401 (the run's shared build, the tiers)
+
+# the first test of a run builds the shared image(s): minutes on 2 shared cores with cold caches
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+R_CELL = """import subprocess
+def rscript(expr):
+    done = subprocess.run(["Rscript", "-e", expr], capture_output=True, text=True)
+    return done.returncode, done.stdout
+print("answer", rscript("cat(6*7)"))
+frame = ('d <- data.frame(x = c(1, 2, 3, 4), g = c("a", "a", "b", "b")); '
+         'a <- aggregate(x ~ g, d, mean); cat(paste(a$g, a$x), sep = ";"); cat("|", median(d$x))')
+print("frame", rscript(frame))
+print("version", rscript('cat(R.version$major, R.version$minor, sep = ".")'))
+print("exit", rscript("quit(status = 3)")[0])
+"""
+
+
+def stdout_lines(events: list[dict]) -> dict[str, str]:
+    text = "".join(e.get("text", "") for e in events if e["type"] == "stream")
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in text.splitlines() if " " in line}
+
+
+def test_rscript_runs_from_a_python_cell_on_each_tier(api, new_sandbox, r_image, tier):
+    print(f"r image: built in {r_image['build_seconds']} s, {r_image['size_bytes'] // 2**20} MiB")
+    sbx = new_sandbox(image=r_image["name"], isolation=tier)
+    events = support.ok(support.execute(api, sbx["id"], R_CELL))
+    out = stdout_lines(events)
+    assert out["answer"] == "(0, '42')", events
+    assert out["frame"] == "(0, 'a 1.5;b 3.5| 2.5')", events
+    assert out["exit"] == "3", events
+    # the R that runs is the one the image's package list names (r-base-core 4.2.2.20221110-2: R 4.2.2)
+    deb = next(p for p in r_image["package_list"] if p.get("ecosystem") == "deb" and p["name"] == "r-base-core")
+    running = out["version"].strip("()").split(", ")[1].strip("'")
+    assert deb["version"].startswith(running + "."), (deb["version"], running)
+
+
+def test_the_sbom_lists_r_base_core_with_its_debian_version(r_image):
+    from sandbox.images import image_packages
+
+    listed = next(p for p in r_image["package_list"] if p.get("ecosystem") == "deb" and p["name"] == "r-base-core")
+    assert listed["requested"] and listed["version"], listed
+    bom = json.loads(image_packages.sbom(r_image))
+    r = [c for c in bom["components"] if c["purl"].startswith("pkg:deb/debian/r-base-core@")]
+    assert [c["version"] for c in r] == [listed["version"]], r
+    assert r_image["root"] == "debian" and r_image["apt"] == ["r-base-core"]
+
+
+def test_control_rscript_is_not_there_without_the_image(api, new_sandbox):
+    """The probe tells: a sandbox of the default image (the host's /usr) has no Rscript, so
+    the R above is the image's (and the host has none to lend it)."""
+    if shutil.which("Rscript"):
+        pytest.skip("the host has Rscript: a default-image sandbox would see it, the control cannot tell")
+    sbx = new_sandbox(isolation="bwrap")
+    events = support.ok(support.execute(api, sbx["id"], "import shutil; print('rscript', shutil.which('Rscript'))"))
+    assert "rscript None" in "".join(e.get("text", "") for e in events if e["type"] == "stream"), events
