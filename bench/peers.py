@@ -7,8 +7,8 @@ loop as benchmark 1 (a cell is done at its reply and its IOPub idle):
 
 - `ipykernel`: plain ipykernel on this interpreter (the baseline of every ratio);
 - `ipykernel in bwrap`: the same command in a bare bubblewrap jail (own user, pid, ipc and
-  uts namespaces, `/` read-only, a private `/tmp`, the network shared so that its ZMQ ports
-  are reachable): what a jail alone costs;
+  uts namespaces, `/` read-only, the network shared so that its ZMQ ports
+  are reachable, `/tmp` and Jupyter's runtime dir writable for its connection file): what a jail alone costs;
 - `ipykernel in podman`: the same in a podman container on runc, on this host's root
   (skipped, with the reason, where podman is missing or cannot run a container);
 - `ours, bubblewrap` and `ours, gVisor`: our kernelspecs on a server of our own with its
@@ -63,10 +63,10 @@ class Arm(t.NamedTuple):
 def bwrap_argv(bwrap: str, runtime_dir: str) -> list[str]:
     """ipykernel in a bare bubblewrap jail: the namespaces our bubblewrap tier uses but
     the network's, `/` read-only, and nothing else of ours."""
-    return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--bind", runtime_dir, runtime_dir, "--unshare-user", "--unshare-pid", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-            "--setenv", "MPLCONFIGDIR", "/tmp",
+    return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            # writable where jupyter_client may put the connection file (the runtime dir, or /tmp)
+            "--bind", "/tmp", "/tmp", "--bind", runtime_dir, runtime_dir, "--unshare-user", "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--setenv", "MPLCONFIGDIR", "/tmp",
             # its parent is outside its pid namespace (getppid() is 0 there): ipykernel would
             # take that for its parent's exit; --die-with-parent does that job instead
             "--unsetenv", "JPY_PARENT_PID", sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
@@ -230,7 +230,7 @@ def run(server: BenchServer, setup: KernelSetup, counts: dict[str, int], log=pri
     found, skipped = arms(setup, log)
     for arm in list(found):  # an arm whose kernel does not answer is skipped, not fatal
         try:
-            km, kc = setup.start(arm.kernel_name, timeout=300)
+            km, kc = setup.start(arm.kernel_name, timeout=120)
             try:
                 timed_cell(kc, "1 + 1")
             finally:

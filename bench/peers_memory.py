@@ -21,6 +21,8 @@ import os
 import pathlib
 import typing as t
 
+from sandbox.common.paths import is_supervisor_of
+
 from .harness import MiB, pids_of_uid, smaps_rollup
 
 
@@ -60,6 +62,8 @@ def sandbox_pids(state_dir: pathlib.Path, sandbox_dir: pathlib.Path) -> tuple[in
     except (OSError, ValueError):
         return None, []
     supervisor = state.get("supervisor_pid")
+    if not is_supervisor_of(supervisor, str(sandbox_dir)):  # ended (its pid may be another's now)
+        return None, []
     uid = (state.get("isolation") or {}).get("host_uid")
     inside = [p for p in tree(supervisor) if p != supervisor]
     if uid is not None:
