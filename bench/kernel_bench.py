@@ -52,7 +52,9 @@ class KernelSetup:
         km = KernelManager(kernel_name=name)
         log = open(self.log_path, "ab")
         try:
-            km.start_kernel(env=self.env, stdout=log, stderr=log)
+            # a notebook's folder of its own: the kernel refuses to start with its working
+            # directory on sys.path, which the checkout is (PYTHONPATH) when run from it
+            km.start_kernel(env=self.env, stdout=log, stderr=log, cwd=str(self.prefix))
         finally:
             log.close()
         kc = km.client()

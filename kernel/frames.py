@@ -42,10 +42,10 @@ What this module builds, as the `text/html` JupyterLab receives:
 
 from __future__ import annotations
 
+import functools
 import html
 import re
-
-import nh3
+import typing as t
 
 from .frame_prelude import PRELUDE, without_declarative_shadow_roots
 
@@ -55,9 +55,6 @@ MAX_HEIGHT = 4000
 INITIAL_HEIGHT = 60
 # The static copy for untrusted views is left out past this many characters.
 MAX_STATIC_COPY = 256 * 1024
-# What the static copy may hold: text structure and tables. No `a`, `img`, `area` or `map`:
-# in the page they would fetch or navigate with the page's origin.
-STATIC_TAGS = nh3.ALLOWED_TAGS - {"a", "img", "area", "map"}
 STATIC_CLASS = "sandbox-output-static"
 
 CSP = (
@@ -185,11 +182,31 @@ def markdown_document(source: str) -> str:
     return document(MarkdownIt("commonmark", {"html": True}).enable("table").render(source))
 
 
+@functools.cache
+def static_tags() -> frozenset[str]:
+    """What the static copy may hold: text structure and tables. No `a`, `img`, `area` or
+    `map`: in the page they would fetch or navigate with the page's origin.
+
+    nh3 is imported here, not with the module: only HTML output needs it, and every kernel
+    process would otherwise hold it (about 1.5 MiB) from its start."""
+    import nh3
+
+    return frozenset(nh3.ALLOWED_TAGS - {"a", "img", "area", "map"})
+
+
+def __getattr__(name: str) -> t.Any:
+    if name == "STATIC_TAGS":  # the module's constant, computed when first asked for
+        return static_tags()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def sanitized_html(source: str) -> str:
     """HTML that may sit in the page itself: `STATIC_TAGS` with no attribute at all, so
     nothing in it runs, fetches, navigates or styles. The one sanitizer for sandbox HTML
     outside a frame (static copies, the value of HTML widgets)."""
-    return nh3.clean(source, tags=STATIC_TAGS, attributes={}, strip_comments=True)
+    import nh3
+
+    return nh3.clean(source, tags=set(static_tags()), attributes={}, strip_comments=True)
 
 
 def latex_document(source: str) -> str:

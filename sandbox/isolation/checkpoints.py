@@ -19,7 +19,7 @@ import shutil
 import time
 
 from ..common import statefile
-from ..images.images import _dir_size
+from ..images.build_steps import dir_size as _dir_size
 from ..runtime import vocabulary as V
 
 

@@ -13,6 +13,21 @@ then kill), and the record of why a sandbox died (OOM, pids, crash), written ato
 (see ``__main__``); one module per job, composed in ``lifecycle.Supervisor``.
 """
 
-from .lifecycle import Supervisor
+import typing as t
+
+if t.TYPE_CHECKING:
+    from .lifecycle import Supervisor
+
+
+def __getattr__(name: str) -> t.Any:
+    """`Supervisor`, imported when first asked for: `python -m sandbox.supervisor` runs this
+    package first, and its entry point leaves out what a supervisor does not use before
+    asyncio is imported (`__main__`)."""
+    if name == "Supervisor":
+        from .lifecycle import Supervisor
+
+        return Supervisor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Supervisor"]

@@ -3,17 +3,21 @@ supervisor (``--restore``: for a paused sandbox, from its checkpoint)."""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-import os
-import signal
-import sys
-import traceback
+from ..common.lean_imports import SSL, leave_out
 
-from ..common.paths import SUPERVISOR_DIR_ENV
-from ..runtime import vocabulary as V
-from .lifecycle import Supervisor
+leave_out(SSL)  # before asyncio, which would import it: one MiB in every supervisor
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+
+from ..common.paths import SUPERVISOR_DIR_ENV  # noqa: E402
+from ..runtime import vocabulary as V  # noqa: E402
+from .lifecycle import Supervisor  # noqa: E402
 
 
 async def amain(sandbox_dir: str, ready_fd: int | None, restore: bool = False) -> int:

@@ -1,0 +1,54 @@
+"""The host-side processes that every kernel and every sandbox add (the kernel process, the
+supervisor) do not load what they never use: each such module is private memory in every
+one of them, for as long as it lives. Checked where it lands: in a fresh interpreter
+started the way Jupyter and the server start them, the modules are not in `sys.modules`;
+the controls import the same code without the entry point and find them there."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.harness import with_repo_on_path
+
+LOADED = "import sys, json; print(json.dumps({{m: m in sys.modules and sys.modules[m] is not None for m in {names!r}}}))"
+
+
+def loaded_after(setup: str, names: list[str], tmp_path) -> dict[str, bool]:
+    """Which of `names` a fresh `python -P` holds after running `setup` (outside the
+    checkout, as a kernel starts in a notebook's folder)."""
+    code = f"{setup}\n{LOADED.format(names=names)}"
+    out = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, env=with_repo_on_path(dict(os.environ)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("click") is None, reason="click is not installed here: httpx would not "
+                    "import its command line anyway, so there is nothing to leave out")
+def test_the_kernel_process_loads_no_http_command_line_and_no_sanitizer(tmp_path):
+    names = ["click", "rich", "nh3"]
+    assert loaded_after("import kernel.__main__", names, tmp_path) == dict.fromkeys(names, False)
+    # control: the same kernel code imported without its entry point loads httpx's CLI
+    assert loaded_after("import kernel.app", ["click", "rich"], tmp_path) == {"click": True, "rich": True}
+
+
+def test_html_is_still_sanitized_once_the_sanitizer_is_loaded_lazily(tmp_path):
+    """Leaving nh3 out at start-up changes nothing a notebook sees: the static copy keeps
+    text and tables and drops scripts, handlers and links."""
+    from kernel import frames
+
+    cleaned = frames.sanitized_html('<table><tr><td onclick="x()">a</td></tr></table><script>1</script><a href="/x">b</a>')
+    assert cleaned == "<table><tbody><tr><td>a</td></tr></tbody></table>b"
+    assert "table" in frames.STATIC_TAGS and "a" not in frames.STATIC_TAGS
+
+
+def test_the_supervisor_loads_no_tls(tmp_path):
+    assert loaded_after("import sandbox.supervisor.__main__", ["ssl"], tmp_path) == {"ssl": False}
+    # control: the supervisor's code without its entry point imports ssl (through asyncio)
+    assert loaded_after("import sandbox.supervisor.lifecycle", ["ssl"], tmp_path) == {"ssl": True}
