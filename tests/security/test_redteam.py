@@ -1198,17 +1198,22 @@ print("planted")
 
 
 def test_p20_token_compared_in_constant_time():
+    from sandbox.gateway import callers, relay, users
     from sandbox.service import auth
-    from sandbox.gateway import relay
 
     rule = inspect.getsource(auth.check_bearer)
     assert "hmac.compare_digest(" in rule, rule
-    # the one rule, used by the node's middleware and the gateway's relay, and no other compare
-    for source in (rule, inspect.getsource(auth.Auth), inspect.getsource(relay)):
-        assert not re.search(r"(given|token|expected)\s*[!=]=", source), source
-    assert "check_bearer(" in inspect.getsource(auth.Auth) and "check_bearer(" in inspect.getsource(relay)
-    outcome(20, "constant-time token check", "check_bearer uses hmac.compare_digest (node and gateway relay), "
-            "no == on the token")
+    # a user token's signature too (the gateway's user tokens)
+    assert "hmac.compare_digest(" in inspect.getsource(users.verify)
+    # the one rule, used by the node's middleware and the gateway (its relay and app, through
+    # callers.identify), and no other compare
+    for source in (rule, inspect.getsource(auth.Auth), inspect.getsource(relay), inspect.getsource(callers),
+                   inspect.getsource(users)):
+        assert not re.search(r"(given|token|expected|signature)\s*[!=]=", source), source
+    assert "check_bearer(" in inspect.getsource(auth.Auth) and "check_bearer(" in inspect.getsource(callers.identify)
+    assert "identify(" in inspect.getsource(relay)
+    outcome(20, "constant-time token check", "check_bearer and user tokens use hmac.compare_digest (node, gateway "
+            "relay and app), no == on a token")
 
 
 def test_p20_token_file_is_private():
