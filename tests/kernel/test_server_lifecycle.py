@@ -39,8 +39,14 @@ def own_images_state(image_source: pathlib.Path):
     home = testrun.image_home()  # where the run's images really are (image_source borrows them)
     state = make_state_dir("sk-life-")
     shutil.rmtree(state / "images", ignore_errors=True)
-    shutil.copytree(home / "images", state / "images", copy_function=os.link, symlinks=True,
-                    ignore=lambda d, names: [n for n in names if n.endswith((".mnt", ".lock"))])
+    top = str(home / "images")
+
+    def left_out(folder: str, names: list[str]) -> list[str]:
+        """Mounts and locks; and every image but the default: another worker may be
+        building one under its final name (an own root's files come and go meanwhile)."""
+        return [n for n in names if n.endswith((".mnt", ".lock")) or (folder == top and n != "default")]
+
+    shutil.copytree(home / "images", state / "images", copy_function=os.link, symlinks=True, ignore=left_out)
     for record in (state / "images").glob("*/image.json"):
         text = record.read_text().replace(str(home), str(state))
         record.unlink()  # a hard link: the source's record stays as it was
