@@ -188,6 +188,7 @@ def start_lab(server: support.Server, workdir: pathlib.Path, extra_env: dict[str
     env.update(extra_env or {})
     port = support.free_port()
     token = secrets.token_hex(16)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log = ARTIFACTS / f"jupyterlab-{name}.log"  # one per page: tests run side by side
     # `lab` takes everything after --port as JupyterLab's arguments (argparse REMAINDER).
     # REMAINDER must begin with a non-option word, and a "--" would be passed on to

@@ -123,11 +123,20 @@ def open_notebook(page: t.Any, lab: UsersLab) -> Notebook:
 
 
 def run_cell(nb: Notebook, index: int, code: str) -> str:
-    """Type and run a cell; the toolbar's Run button again if Shift+Enter left it unqueued."""
+    """Type and run a cell; the toolbar's Run button again if Shift+Enter left it unqueued.
+
+    A Shift+Enter that JupyterLab's page took while its session showed no kernel yet opens
+    its "Select Kernel" dialog (JupyterLab's own, whatever the kernel: the page had not
+    attached it); it is answered as a user would, with the preferred kernel it offers."""
     nb.type_cell(index, code)
     prompt = nb.cells.nth(index).locator(".jp-InputPrompt").first
     if not support.wait_for(lambda: prompt.inner_text().strip() != "[ ]:", 15):
         print("Shift+Enter left the cell unqueued; the toolbar's Run button", flush=True)
+        dialog = nb.page.locator(".jp-Dialog").first
+        if dialog.count() and "Select Kernel" in dialog.inner_text():
+            print(f"JupyterLab asked: {dialog.inner_text()!r}; its preferred kernel selected", flush=True)
+            dialog.locator("button.jp-Dialog-button.jp-mod-accept").click()
+            dialog.wait_for(state="detached", timeout=30_000)
         nb.cells.nth(index).click()
         nb.panel.locator('.jp-Toolbar [data-command="notebook:run-cell-and-select-next"]').first.click()
     nb.wait_done(index, 300_000)
