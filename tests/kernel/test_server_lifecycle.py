@@ -42,9 +42,11 @@ def own_images_state(image_source: pathlib.Path):
     top = str(home / "images")
 
     def left_out(folder: str, names: list[str]) -> list[str]:
-        """Mounts and locks; and every image but the default: another worker may be
-        building one under its final name (an own root's files come and go meanwhile)."""
-        return [n for n in names if n.endswith((".mnt", ".lock")) or (folder == top and n != "default")]
+        """Mounts and locks; and every image but the default and the trees images share
+        (``_python``, the interpreter): another worker may be building an image under its
+        final name (an own root's files come and go meanwhile)."""
+        return [n for n in names if n.endswith((".mnt", ".lock"))
+                or (folder == top and n != "default" and not n.startswith("_"))]
 
     shutil.copytree(home / "images", state / "images", copy_function=os.link, symlinks=True, ignore=left_out)
     for record in (state / "images").glob("*/image.json"):
