@@ -313,8 +313,10 @@ def save_and_reload(page: t.Any, lab: t.Any, name: str, n_cells: int, run: str) 
     # The widgets are back (from the control comm's answer) before the probes are read.
     if run == "control":
         with contextlib.suppress(Exception):  # (not firing is what the control's assertion reports)
+            # (150 s: on a loaded host the reloaded page's kernel and its comm answer came
+            # later than 60 s once, and the control then reported nothing)
             page.wait_for_function(f"() => (window.__owned || []).includes('{run}-widget-view-lie')",
-                                   timeout=60_000)
+                                   timeout=150_000)
     else:
         nb.output(ORDINARY).locator(".widget-slider").first.wait_for(state="visible", timeout=60_000)
     page.wait_for_timeout(3_000)
