@@ -28,6 +28,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import tarfile
 import typing as t
 
@@ -191,8 +192,47 @@ def _owned_by_root(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
     """tarfile's "tar" filter (no absolute or escaping names, no setuid bits, no device
     files; links checked against the destination) with every owner root: a layer cannot
     hand a file of the image to a sandbox uid."""
+    if member.ischr() or member.isblk() or member.isfifo():  # the "tar" filter lets these through
+        raise tarfile.TarError(f"{member.name!r} is a device or a fifo")
     member = tarfile.tar_filter(member, path)
     return member.replace(uid=0, gid=0, uname="root", gname="root", deep=False)
+
+
+def _inside(root: str, path: str, what: str) -> None:
+    if os.path.commonpath([root, path]) != root:
+        raise tarfile.TarError(f"{what} would be outside the image")
+
+
+def _checked_by_hand(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """What tarfile's "tar" filter does, for a Python whose tarfile has no extraction
+    filters (before 3.11.4: Debian 12's python3 is 3.11.2, where setting
+    ``extraction_filter`` does nothing, so a layer's ``../`` name would be written outside
+    the image): leading slashes stripped; no name that lands outside the image, symlinks
+    followed (so nothing is written through a link out of it); no hard link to outside it;
+    no device file; no setuid, setgid or sticky bit, no write for group or others; and, as
+    `_owned_by_root`, every owner root."""
+    root = os.path.realpath(dest)
+    member.name = member.name.lstrip("/" + os.sep)
+    if os.path.isabs(member.name):
+        raise tarfile.TarError(f"{member.name!r} is an absolute path")
+    _inside(root, os.path.realpath(os.path.join(root, member.name)), repr(member.name))
+    if member.ischr() or member.isblk() or member.isfifo():
+        raise tarfile.TarError(f"{member.name!r} is a device or a fifo")
+    if member.islnk():
+        _inside(root, os.path.realpath(os.path.join(root, member.linkname)), f"the hard link {member.name!r}")
+    member.mode &= ~(stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH)
+    member.uid = member.gid = 0
+    member.uname = member.gname = "root"
+    return member
+
+
+def _extract_all(archive: tarfile.TarFile, dest: str) -> None:
+    if hasattr(tarfile, "tar_filter"):
+        archive.extraction_filter = _owned_by_root
+        archive.extractall(dest, numeric_owner=True)
+        return
+    for member in archive:  # one at a time, each checked before it is written
+        archive.extract(_checked_by_hand(member, dest), dest, numeric_owner=True)
 
 
 def _extract(layer_path: str, diff_id: str, dest: str) -> None:
@@ -211,11 +251,10 @@ def _extract(layer_path: str, diff_id: str, dest: str) -> None:
         with gzip.open(layer_path, "rb") as unzipped:
             stream = Tee(unzipped)
             with tarfile.open(fileobj=stream, mode="r|") as archive:
-                archive.extraction_filter = _owned_by_root
-                archive.extractall(dest, numeric_owner=True)
+                _extract_all(archive, dest)
             while stream.read(CHUNK):  # the tar's trailing padding counts too
                 pass
-    except (tarfile.TarError, OSError, EOFError) as exc:
+    except (tarfile.TarError, OSError, EOFError, KeyError) as exc:  # KeyError: a hard link to nothing unpacked
         raise OciError(f"the layer cannot be unpacked: {exc}") from None
     if "sha256:" + sha.hexdigest() != diff_id:
         raise OciError(f"the unpacked layer does not match the config's diff_id {diff_id}; nothing was imported",

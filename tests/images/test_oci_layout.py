@@ -218,3 +218,12 @@ def test_a_layered_image_needs_its_base_here(tmp_path):
     os.makedirs(dest.path("default") + "/venv")
     info, _ = oci.import_layout(dest, str(layout))
     assert info["mounts"][1]["tree"] == dest.path("default") + "/venv"
+
+
+def test_without_tarfile_filters_the_same_layer_is_refused(stores, tmp_path, monkeypatch):
+    """A Python whose tarfile has no extraction filters (Debian 12's python3 is 3.11.2;
+    they came in 3.11.4) ignores ``extraction_filter``: the hand-made check refuses the
+    escaping layer all the same, and the control still imports. (Seen failing: the quick
+    tier as an ordinary user with Debian's python3 wrote the layer's ``../../escaped``.)"""
+    monkeypatch.delattr(tarfile, "tar_filter")
+    test_a_layer_that_writes_outside_the_image_is_refused(stores, tmp_path)
