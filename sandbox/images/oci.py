@@ -189,11 +189,11 @@ def _manifest_descriptor(layout: str, tag: str | None, digest: str | None) -> di
 
 
 def _owned_by_root(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
-    """tarfile's "tar" filter (no absolute or escaping names, no setuid bits, no device
-    files; links checked against the destination) with every owner root: a layer cannot
-    hand a file of the image to a sandbox uid."""
-    if member.ischr() or member.isblk() or member.isfifo():  # the "tar" filter lets these through
-        raise tarfile.TarError(f"{member.name!r} is a device or a fifo")
+    """tarfile's "tar" filter (no absolute or escaping names, no setuid bits; links
+    checked against the destination) with every owner root, so a layer cannot hand a file
+    of the image to a sandbox uid; devices and fifos skipped (`_special`)."""
+    if _special(member):
+        return None  # skipped
     member = tarfile.tar_filter(member, path)
     return member.replace(uid=0, gid=0, uname="root", gname="root", deep=False)
 
@@ -203,21 +203,28 @@ def _inside(root: str, path: str, what: str) -> None:
         raise tarfile.TarError(f"{what} would be outside the image")
 
 
-def _checked_by_hand(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+def _special(member: tarfile.TarInfo) -> bool:
+    """A device or a fifo: never unpacked (the "tar" filter would let them through; a
+    Debian root holds /dev/null and the like). A sandbox's /dev is its own, made by
+    bubblewrap or gVisor, so an image needs none."""
+    return member.ischr() or member.isblk() or member.isfifo()
+
+
+def _checked_by_hand(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
     """What tarfile's "tar" filter does, for a Python whose tarfile has no extraction
     filters (before 3.11.4: Debian 12's python3 is 3.11.2, where setting
     ``extraction_filter`` does nothing, so a layer's ``../`` name would be written outside
     the image): leading slashes stripped; no name that lands outside the image, symlinks
     followed (so nothing is written through a link out of it); no hard link to outside it;
-    no device file; no setuid, setgid or sticky bit, no write for group or others; and, as
-    `_owned_by_root`, every owner root."""
+    no setuid, setgid or sticky bit, no write for group or others; and, as `_owned_by_root`,
+    every owner root and no device file (None: skipped)."""
+    if _special(member):
+        return None
     root = os.path.realpath(dest)
     member.name = member.name.lstrip("/" + os.sep)
     if os.path.isabs(member.name):
         raise tarfile.TarError(f"{member.name!r} is an absolute path")
     _inside(root, os.path.realpath(os.path.join(root, member.name)), repr(member.name))
-    if member.ischr() or member.isblk() or member.isfifo():
-        raise tarfile.TarError(f"{member.name!r} is a device or a fifo")
     if member.islnk():
         _inside(root, os.path.realpath(os.path.join(root, member.linkname)), f"the hard link {member.name!r}")
     member.mode &= ~(stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH)
@@ -232,7 +239,9 @@ def _extract_all(archive: tarfile.TarFile, dest: str) -> None:
         archive.extractall(dest, numeric_owner=True)
         return
     for member in archive:  # one at a time, each checked before it is written
-        archive.extract(_checked_by_hand(member, dest), dest, numeric_owner=True)
+        checked = _checked_by_hand(member, dest)
+        if checked is not None:
+            archive.extract(checked, dest, numeric_owner=True)
 
 
 def _extract(layer_path: str, diff_id: str, dest: str) -> None:
