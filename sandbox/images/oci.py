@@ -210,17 +210,17 @@ def _special(member: tarfile.TarInfo) -> bool:
     return member.ischr() or member.isblk() or member.isfifo()
 
 
-def _checked_by_hand(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+def _checked_by_hand(member: tarfile.TarInfo, root: str) -> tarfile.TarInfo | None:
     """What tarfile's "tar" filter does, for a Python whose tarfile has no extraction
     filters (before 3.11.4: Debian 12's python3 is 3.11.2, where setting
     ``extraction_filter`` does nothing, so a layer's ``../`` name would be written outside
     the image): leading slashes stripped; no name that lands outside the image, symlinks
     followed (so nothing is written through a link out of it); no hard link to outside it;
     no setuid, setgid or sticky bit, no write for group or others; and, as `_owned_by_root`,
-    every owner root and no device file (None: skipped)."""
+    every owner root and no device file (None: skipped). ``root``: the image's directory,
+    its real path."""
     if _special(member):
         return None
-    root = os.path.realpath(dest)
     member.name = member.name.lstrip("/" + os.sep)
     if os.path.isabs(member.name):
         raise tarfile.TarError(f"{member.name!r} is an absolute path")
@@ -238,8 +238,9 @@ def _extract_all(archive: tarfile.TarFile, dest: str) -> None:
         archive.extraction_filter = _owned_by_root
         archive.extractall(dest, numeric_owner=True)
         return
+    root = os.path.realpath(dest)  # once: every member is checked against it
     for member in archive:  # one at a time, each checked before it is written
-        checked = _checked_by_hand(member, dest)
+        checked = _checked_by_hand(member, root)
         if checked is not None:
             archive.extract(checked, dest, numeric_owner=True)
 
