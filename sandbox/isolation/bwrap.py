@@ -1,8 +1,9 @@
 """The bubblewrap backend: one ``bwrap`` per sandbox, built from a sandbox's spec.
 
 The argument list is the isolation policy, so it lives in one function
-(:func:`build_argv`) that reads top to bottom like the sandbox's filesystem: an empty
-read-only root, the few host directories the image needs (read-only), a size-capped
+(:func:`build_argv`) that reads top to bottom like the sandbox's filesystem: the image's
+pinned root read-only as ``/`` (bwrap_root.py; the host's ``/usr`` and a few ``/etc`` files
+under ``bwrap_system=host``), the image's trees (read-only), a size-capped
 ``/tmp``, and the sandbox's own ``/workspace`` mounted last (a later mount shadows an
 earlier one). Everything else (network, pids, ipc, uts, cgroup namespace, user namespace
 with no further user namespaces, no capabilities, a clean environment) is a flag.
@@ -165,8 +166,8 @@ def _image_binds(image: dict, image_sources: list[tuple[str, str]]) -> list[str]
 
 
 def _host_system_binds() -> list[str]:
-    """A venv image's system: the host's /usr (and its merged-/usr links) and a few /etc
-    files, read-only. An image on a root of its own (images/debian_root.py) binds that root
+    """A venv image's system under ``bwrap_system=host``: the host's /usr (and its merged-/usr
+    links) and a few /etc files, read-only (by default it is the image's pinned root). An image on a root of its own (images/debian_root.py) binds that root
     as / instead, and nothing of the host's system is visible."""
     argv = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -184,12 +185,13 @@ def _host_system_binds() -> list[str]:
 def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int | None,
                passwd_fd: int, group_fd: int, image_sources: list[tuple[str, str]],
                copies: dict[str, tuple[list[str], list[tuple[int, str]]]] | None = None,
-               ) -> tuple[list[str], list[str]]:
+               system_root: str | None = None) -> tuple[list[str], list[str]]:
     """bwrap's options for one sandbox, and the command it runs (see the module docstring).
 
     ``image_sources`` are the (host directory, sandbox directory) pairs of the image's trees
     (`imagefs.sources`); ``copies`` maps each of `copied_trees`' sandbox directories to its
-    subdirectories and (fd holding the content, sandbox file) pairs."""
+    subdirectories and (fd holding the content, sandbox file) pairs; ``system_root`` is the
+    image's pinned root as bwrap binds it (`bwrap_root.source`), None for the host's /usr."""
     image = spec["image_info"]
     limits = spec["limits"]
     argv = [
@@ -205,7 +207,8 @@ def build_argv(spec: dict, *, bwrap_exe: str, channel_fd: int, seccomp_fd: int |
         "--hostname", "sandbox",
     ]
     own_root = dict((dest, source) for source, dest in image_sources).get("/") if image.get("root") else None
-    argv += ["--ro-bind", own_root, "/"] if own_root else _host_system_binds()
+    root = own_root or system_root
+    argv += ["--ro-bind", root, "/"] if root else _host_system_binds()
     argv += [
         "--perms", "0444", "--ro-bind-data", str(passwd_fd), "/etc/passwd",
         "--perms", "0444", "--ro-bind-data", str(group_fd), "/etc/group",

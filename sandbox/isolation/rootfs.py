@@ -1,12 +1,13 @@
-"""The pinned root filesystem of a gVisor sandbox, built from an image.
+"""The pinned root filesystem of a venv image's sandboxes, on both tiers.
 
 An image on a root of its own (images/debian_root.py) needs none of what follows: that
 root is already pinned, and is used as it is (``own_root``). For a venv image:
 
-A bwrap sandbox binds the host's ``/usr`` read-only: it runs whatever the host has today. A
-gVisor sandbox can be checkpointed and restored days later, and a restored process keeps
-libraries mapped that it loaded before: they must be the same files. So its root is a tree
-of its own, built once per (image, runtime, host libraries) and never changed:
+Binding the host's ``/usr`` would run whatever the host has today and show sandbox code all
+of it. And a gVisor sandbox can be checkpointed and restored days later, while a restored
+process keeps libraries mapped that it loaded before: they must be the same files. So the
+root is a tree of its own, built once per (image, runtime, host libraries) and never
+changed; gVisor uses it as it is, bwrap binds its system part (``bwrap_root.py``):
 
 - the image's interpreter and venv layers, at the paths their absolute references expect
   (hard links into the image, which is immutable; a copy where a link cannot be made),
@@ -37,7 +38,8 @@ from .bwrap import MPLCACHE_MOUNT, RUNTIME_MOUNT
 TOOLS = ("sh", "bash", "ls", "cat", "env", "echo", "head", "tail", "wc", "grep", "sed", "sort", "uniq", "cut",
          "tr", "mkdir", "rmdir", "rm", "cp", "mv", "ln", "touch", "chmod", "find", "xargs", "true", "false",
          "sleep", "id", "pwd", "date", "uname", "tee", "diff", "basename", "dirname", "readlink", "stat", "du",
-         "df", "which", "kill", "test", "[", "printf", "seq", "md5sum", "sha256sum", "gzip", "tar", "awk", "mawk")
+         "df", "which", "kill", "test", "[", "printf", "seq", "md5sum", "sha256sum", "gzip", "tar", "awk", "mawk",
+         "setsid", "nohup", "timeout")
 # Loaded with dlopen, so ldd does not list them: glibc needs libgcc_s for thread cancellation.
 DLOPENED = ("libgcc_s.so.1",)
 ETC_FILES = ("/etc/localtime", "/etc/mime.types", "/etc/ssl/certs/ca-certificates.crt")
@@ -51,7 +53,8 @@ _LDD_PATH = re.compile(r"(?:=> )?(/\S+) \(0x")
 def _ldd(paths: list[str]) -> set[str]:
     found: set[str] = set()
     for chunk in range(0, len(paths), 200):
-        out = subprocess.run(["ldd", *paths[chunk:chunk + 200]], capture_output=True, text=True).stdout
+        out = subprocess.run([shutil.which("ldd", path=f"{os.environ.get('PATH', '')}:/usr/bin:/bin") or "ldd",
+                              *paths[chunk:chunk + 200]], capture_output=True, text=True).stdout
         found.update(m.group(1) for m in _LDD_PATH.finditer(out))
     return found
 
@@ -72,7 +75,9 @@ def _elf_files(tree: str) -> list[str]:
 
 
 def _library_dirs() -> list[str]:
-    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    # ldconfig lives in /sbin, which an ordinary user's PATH often lacks
+    ldconfig = shutil.which("ldconfig", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") or "/sbin/ldconfig"
+    out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
     return sorted({os.path.dirname(p) for p in re.findall(r"=> (/\S+)", out)})
 
 
@@ -155,46 +160,76 @@ def own_root(image: dict, runtime_dir: str) -> dict:
             "runtime": os.path.basename(runtime_dir), "host_files": 0, "own_root": True}
 
 
+def _closure_index(rootfs_dir: str, image: dict, runtime_dir: str) -> str:
+    """Where the host files of the image's last root are listed: one list per image, runtime
+    and builder (what it looks for: a new tool makes a new list)."""
+    builder = hashlib.sha256(repr((LAYOUT, TOOLS, DLOPENED, ETC_FILES)).encode()).hexdigest()[:8]
+    return os.path.join(rootfs_dir, f".{image['name']}-{image['hash']}-{os.path.basename(runtime_dir)}-{builder}.files.json")
+
+
+def _known(rootfs_dir: str, image: dict, runtime_dir: str) -> dict | None:
+    """The root built from the host files the image's last root was built from, if those
+    files are still as they were (same sizes and times: the same version): finding the files
+    runs ldd over every extension module of the image, seconds on a busy host, while their
+    stat calls take a millisecond. A changed file (an upgraded library or tool) gives another
+    version, and the closure is then found again."""
+    index = statefile.read_json(_closure_index(rootfs_dir, image, runtime_dir))
+    if index is None:
+        return None
+    try:
+        version = version_of(image, runtime_dir, index["files"])
+    except (OSError, KeyError, TypeError):
+        return None
+    return statefile.read_json(os.path.join(rootfs_dir, version, "rootfs.json"))
+
+
 def ensure(rootfs_dir: str, image: dict, runtime_dir: str) -> dict:
     """The root for ``image`` (built now if it is not there yet): ``{"path", "version"}``."""
     if image.get("root"):
         return own_root(image, runtime_dir)
-    files = host_files(image)
-    version = version_of(image, runtime_dir, files)
-    target = os.path.join(rootfs_dir, version)
-    record = statefile.read_json(os.path.join(target, "rootfs.json"))
+    rootfs_dir = os.path.realpath(rootfs_dir)  # the record's paths must outlive a link that led here
+    record = _known(rootfs_dir, image, runtime_dir)
     if record is not None:
         return record
+    files = host_files(image)
+    version = version_of(image, runtime_dir, files)
     os.makedirs(rootfs_dir, mode=0o755, exist_ok=True)
-    with open(os.path.join(rootfs_dir, f".{version}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        record = statefile.read_json(os.path.join(target, "rootfs.json"))
-        if record is not None:
-            return record
-        started = time.time()
-        tmp = target + ".building"
-        shutil.rmtree(tmp, ignore_errors=True)
-        root = os.path.join(tmp, "root")
-        os.makedirs(root)
-        for name in MERGED_USR:  # /bin -> usr/bin and the like, as on the host
-            if os.path.islink("/" + name):
-                os.symlink(os.readlink("/" + name), os.path.join(root, name))
-        for path in files:
-            _place(root, path)
-        for source, tree in image_trees(image):
-            _link_tree(source, root + tree)
-        _link_tree(runtime_dir, root + RUNTIME_MOUNT)
-        if image.get("mplcache"):
-            _link_tree(image["mplcache"], root + MPLCACHE_MOUNT)
-        for d in MOUNT_POINTS:
-            os.makedirs(root + d, exist_ok=True)
-        for name in ("passwd", "group"):  # each sandbox binds its own over these
-            open(os.path.join(root, "etc", name), "wb").close()
-        os.chmod(root, 0o755)
-        record = {"path": os.path.join(target, "root"), "version": version, "image": image["name"],
-                  "image_hash": image["hash"], "runtime": os.path.basename(runtime_dir), "host_files": len(files),
-                  "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "build_seconds": round(time.time() - started, 2)}
-        statefile.write_json(os.path.join(tmp, "rootfs.json"), record, mode=0o644)
-        os.rename(tmp, target)
-        return record
+    record = statefile.read_json(os.path.join(rootfs_dir, version, "rootfs.json"))
+    if record is None:
+        with open(os.path.join(rootfs_dir, f".{version}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            record = statefile.read_json(os.path.join(rootfs_dir, version, "rootfs.json"))
+            if record is None:
+                record = _build(os.path.join(rootfs_dir, version), image, runtime_dir, files, version)
+    statefile.write_json(_closure_index(rootfs_dir, image, runtime_dir), {"files": files}, mode=0o644)
+    return record
+
+
+def _build(target: str, image: dict, runtime_dir: str, files: list[str], version: str) -> dict:
+    started = time.time()
+    tmp = target + ".building"
+    shutil.rmtree(tmp, ignore_errors=True)
+    root = os.path.join(tmp, "root")
+    os.makedirs(root)
+    for name in MERGED_USR:  # /bin -> usr/bin and the like, as on the host
+        if os.path.islink("/" + name):
+            os.symlink(os.readlink("/" + name), os.path.join(root, name))
+    for path in files:
+        _place(root, path)
+    for source, tree in image_trees(image):
+        _link_tree(source, root + tree)
+    _link_tree(runtime_dir, root + RUNTIME_MOUNT)
+    if image.get("mplcache"):
+        _link_tree(image["mplcache"], root + MPLCACHE_MOUNT)
+    for d in MOUNT_POINTS:
+        os.makedirs(root + d, exist_ok=True)
+    for name in ("passwd", "group"):  # each sandbox binds its own over these
+        open(os.path.join(root, "etc", name), "wb").close()
+    os.chmod(root, 0o755)
+    record = {"path": os.path.join(target, "root"), "version": version, "image": image["name"],
+              "image_hash": image["hash"], "runtime": os.path.basename(runtime_dir), "host_files": len(files),
+              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "build_seconds": round(time.time() - started, 2)}
+    statefile.write_json(os.path.join(tmp, "rootfs.json"), record, mode=0o644)
+    os.rename(tmp, target)
+    return record

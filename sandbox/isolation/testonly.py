@@ -33,7 +33,7 @@ LAYERS = {
     "pid": "the sandboxes share the host's pid namespace and see the host's /proc",
     "sandboxes_dir": f"the host's sandboxes directory (every sandbox's workspace) is mounted read-only at {{mount}}",
 }
-SANDBOXES_MOUNT = "/host-sandboxes"
+SANDBOXES_MOUNT = "/tmp/host-sandboxes"  # in the sandbox's own /tmp: a read-only root needs no point for it
 
 
 def parse(value: str | list[str] | tuple[str, ...] | None) -> list[str]:
@@ -105,7 +105,7 @@ def set_aside(argv: list[str], spec: dict) -> list[str]:
         i = out.index("--proc")
         out[i:i + 2] = ["--ro-bind", "/proc", "/proc"]
     if "sandboxes_dir" in layers:
-        i = out.index("--remount-ro")
+        i = next(i for i in range(len(out) - 2) if out[i] == "--bind" and out[i + 2] == "/workspace")  # after /tmp
         sandboxes = os.path.dirname(os.path.dirname(os.path.normpath(spec["workspace"])))
         out[i:i] = ["--ro-bind", sandboxes, SANDBOXES_MOUNT]
     return out

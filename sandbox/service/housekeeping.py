@@ -6,7 +6,8 @@ What a server leaves when it stops, and why:
   under their supervisors, which keep their TTL and lifetime deadlines without a server
   (supervisor/deadlines.py); the next server re-adopts them. Stopping never ends them.
 - *image mounts* (a root server's read-only loop mounts of each image's packs,
-  ``images/NAME/venv.mnt``, isolation/imagefs.py): detached lazily when the server stops
+  ``images/NAME/venv.mnt``, isolation/imagefs.py, and of the pinned roots' system packs,
+  ``rootfs/VERSION/system.mnt``, isolation/bwrap_root.py): detached lazily when the server stops
   (``MNT_DETACH``). A sandbox still running keeps its own reference to the filesystem in its
   mount namespace, so it is not disturbed; the loop device goes once the last sandbox
   using it ends, and the next sandbox's supervisor mounts the pack again.
@@ -197,10 +198,12 @@ def _umount2(path: str) -> int:
 
 
 def unmount_images(state: StateDir) -> list[str]:
-    """Detach every image mount of the state directory (lazily: see the module docstring);
-    the mount points it detached."""
+    """Detach every image mount of the state directory, the pinned roots' packs
+    (``rootfs/VERSION/system.mnt``) with them (lazily: see the module docstring); the mount
+    points it detached."""
     root = os.path.realpath(state.root)  # the server's own directory; below it nothing is followed
-    return [point for point in mounts_under(os.path.join(root, "images")) if detach(root, point)]
+    return [point for tree in ("images", "rootfs") for point in mounts_under(os.path.join(root, tree))
+            if detach(root, point)]
 
 
 class PurgeRefused(AdminRefused):

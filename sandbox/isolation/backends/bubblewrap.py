@@ -11,7 +11,7 @@ import asyncio
 import os
 import subprocess
 
-from .. import bwrap, imagefs
+from .. import bwrap, bwrap_root, imagefs
 from .base import SOCKET, Launch
 
 
@@ -56,10 +56,15 @@ class BubblewrapBackend:
                         fds.append((data_fd(f.read()), target))
                 data_fds += [fd for fd, _ in fds]
                 copies[dest] = (dirs, fds)
+            system_root = None
+            if spec.get("bwrap_root"):  # the image's pinned root (the gVisor tier's), not the host's /usr
+                system_root = bwrap_root.source(spec["bwrap_root"])
+                isolation.update({"rootfs": f"the image's own, pinned and read-only (version {spec['bwrap_root']['version']})",
+                                  "rootfs_version": spec["bwrap_root"]["version"]})
             options, command = bwrap.build_argv(
                 spec, bwrap_exe=binary.path, channel_fd=launch.channel_fd,
                 seccomp_fd=seccomp_fd, passwd_fd=passwd_fd, group_fd=group_fd, copies=copies,
-                image_sources=imagefs.sources(spec["image_info"]),
+                image_sources=imagefs.sources(spec["image_info"]), system_root=system_root,
             )
             # Hand bwrap its arguments through an fd: its pid 1 inside the sandbox shares its
             # command line, and the host paths in it are none of the sandbox's business.
