@@ -195,6 +195,22 @@ class SandboxCgroup:
             enforced["cpu"] = f"cgroup {self.version}"
         return enforced
 
+    def lift_cpu(self) -> bool:
+        """No CPU quota until ``set_limits`` puts it back: for runsc's checkpoint and restore,
+        gVisor's own work while the sandbox's code cannot run (the Sentry stops the tasks
+        before it compresses a checkpoint, and decompresses a restore before they run
+        again), on all the host's cores. Under the sandbox's 1-CPU quota that work took
+        1.5-1.8x a bare runsc's time on a quiet host, as much as a bare container's under
+        the same quota (bench/README.md, sleep at its floor)."""
+        d = self.dirs.get("cpu")
+        if not d:
+            return False
+        if self.version == "v1":
+            _write(os.path.join(d, "cpu.cfs_quota_us"), "-1")
+        else:
+            _write(os.path.join(d, "cpu.max"), "max")
+        return True
+
     def _counter(self, path: str) -> str:
         """A counter file's text, through a descriptor kept open: a read at offset 0 reads
         it afresh, and the open and close it saves were most of the cost of the usage

@@ -21,7 +21,7 @@ from .control import ControlServer, socket_path
 from .deadlines import watch_deadlines
 from .death import death_cause
 from .launch import LaunchFailed, exit_code, launch
-from .pausing import forget_container, restored
+from .pausing import cpu_quota_back, forget_container, restored
 from .record import StateRecord, iso
 from .usage import UsageJob
 
@@ -71,6 +71,8 @@ class Supervisor:
         # Asleep by value, there is no checkpoint: a new runtime starts (the server then loads
         # the save into it); its isolation, workspace and record are the sandbox's own.
         from_checkpoint = self.restoring and not self.record.get(V.BY_VALUE)
+        if from_checkpoint and self.host.cgroup is not None:
+            self.host.cgroup.lift_cpu()  # until the first answer: the restore is gVisor's work
         try:
             launched = await launch(self.dir, self.spec, self.host, isolation, restore=from_checkpoint)
         except LaunchFailed as failed:
@@ -93,7 +95,10 @@ class Supervisor:
         self.tasks = [launched.log_task, asyncio.create_task(self.channel.read(reader)),
                       asyncio.create_task(self.watch_process()), asyncio.create_task(watch_deadlines(self)), asyncio.create_task(self.usage.run())]
         if self.restoring:
-            await restored(self, started)
+            try:
+                await restored(self, started)
+            finally:
+                cpu_quota_back(self)
             self.mark("runsc_restore_and_first_ping")
             self.record["timeline"] = self.timeline.as_field()
 

@@ -87,6 +87,8 @@ async def pause(supervisor: SupervisorCore, why: str, by: str = V.PAUSED_BY_REQU
         cgroup = supervisor.host.cgroup
         memory = cgroup.memory_usage() if cgroup is not None else None
         started = time.monotonic()
+        if cgroup is not None:
+            cgroup.lift_cpu()  # runsc's work, not the code's: the Sentry stops its tasks first
         timeline.mark("prepare")
         supervisor.pausing = True
         proc = await asyncio.create_subprocess_exec(
@@ -141,9 +143,18 @@ async def sleep_by_value(supervisor: SupervisorCore, why: str, idle_seconds: flo
         return {"ok": True, "state": supervisor.public_state()}
 
 
+def cpu_quota_back(supervisor: SupervisorCore) -> None:
+    """The sandbox's CPU quota again, after runsc's checkpoint or restore ran without it
+    (``SandboxCgroup.lift_cpu``)."""
+    cgroup = supervisor.host.cgroup
+    if cgroup is not None:
+        cgroup.set_limits(None, None, supervisor.spec["limits"].get("cpus"))
+
+
 async def _failed(supervisor: SupervisorCore, detail: str) -> dict:
     shutil.rmtree(checkpoints.staging_path(supervisor.dir), ignore_errors=True)
     supervisor.pausing = False
+    cpu_quota_back(supervisor)
     if await exit_code(supervisor.proc, 0.5) is None:
         message = f"the checkpoint failed, the sandbox keeps running: {detail}"
     else:  # the container went down with it: recorded as the death it is
