@@ -158,13 +158,18 @@ def world_reachable(path: str) -> str | None:
 # The sandbox directory reaches its supervisor in the environment, not on its command line:
 # any local user reads every process's argv (ps), only the same uid reads its environment.
 SUPERVISOR_DIR_ENV = "SANDBOX_SUPERVISOR_DIR"
+SUPERVISOR_MODULE = "sandbox.supervisor"
+SUPERVISOR_TEMPLATE_MODULE = "sandbox.supervisor.template"  # a forked supervisor's command line is the template's
+SUPERVISOR_LOG = "supervisor.log"  # in the sandbox's directory: the supervisor's stdout and stderr
 
 
 def is_supervisor_of(pid: int | None, sandbox_dir: str) -> bool:
     """Whether ``pid`` is this sandbox's supervisor (a pid from a state file may have been
-    reused by any process since): its command line names the supervisor, its environment
-    (which only the server's user reads) the sandbox directory; one started by an older
-    server named the directory on its command line."""
+    reused by any process since): its command line names the supervisor, and either its
+    environment (which only the server's user reads) names the sandbox directory, or its
+    stdout is the sandbox's ``supervisor.log`` (a supervisor forked by the template, whose
+    environment block is the template's); one started by an older server named the
+    directory on its command line."""
     if not pid:
         return False
     try:
@@ -174,8 +179,20 @@ def is_supervisor_of(pid: int | None, sandbox_dir: str) -> bool:
             env = f.read().split(b"\0")
     except OSError:
         return False
-    return b"sandbox.supervisor" in cmd and (sandbox_dir.encode() in cmd
-                                             or f"{SUPERVISOR_DIR_ENV}={sandbox_dir}".encode() in env)
+    if not any(m.encode() in cmd for m in (SUPERVISOR_MODULE, SUPERVISOR_TEMPLATE_MODULE)):
+        return False
+    if sandbox_dir.encode() in cmd or f"{SUPERVISOR_DIR_ENV}={sandbox_dir}".encode() in env:
+        return True
+    log, expected = supervisor_log_of(pid), os.path.join(sandbox_dir, SUPERVISOR_LOG)
+    return bool(log) and (log == expected or log == os.path.realpath(expected))
+
+
+def supervisor_log_of(pid: int) -> str:
+    """The file a process's stdout is (a supervisor's: its sandbox's log), or ''."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return ""
 
 
 def open_private_log(path: str):

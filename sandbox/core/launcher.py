@@ -1,5 +1,6 @@
 """Starting sandboxes: the runtime copy, a sandbox's directory and spec, its host uid, its
-supervisor process (fresh, or restored from a checkpoint with ``--restore``).
+supervisor process (fresh, or restored from a checkpoint with ``--restore``), forked by the
+supervisor template where it runs (supervisor_template.py), else a new interpreter.
 
 The supervisor gets a clean environment and reports on a pipe once it is ready (its
 state) or why it could not start; a sandbox that fails to start is filed as ended and its
@@ -27,10 +28,11 @@ from ..common.errors import ApiError
 from .handles import Handle
 from ..common.ids import new_sandbox_id
 from ..images.images import ImageStore
-from ..isolation import bwrap, disk, gvisor, host, workspace_store
-from ..common.paths import SUPERVISOR_DIR_ENV, StateDir, open_private_log
+from ..isolation import bwrap, bwrap_root, disk, gvisor, host, workspace_store
+from ..common.paths import SUPERVISOR_DIR_ENV, SUPERVISOR_LOG, SUPERVISOR_MODULE, StateDir, open_private_log
 from .registry import Registry
 from ..runtime import vocabulary as V
+from .supervisor_template import SupervisorTemplate
 
 log = logging.getLogger("sandbox.core.manager")
 
@@ -62,6 +64,21 @@ def install_runtime(runtimes_dir: str) -> str:
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def pins(image: dict) -> bool:
+    """Whether a bwrap sandbox of ``image`` runs on its pinned root: a venv image whose
+    interpreter is a copy the image carries. An image on a Debian root of its own is its own
+    root already; an image whose interpreter is the host's own ``/usr/bin/python3`` (an
+    ordinary user's install on Debian's python3: no copy is made of /usr) has nothing to pin
+    and runs on the host's /usr, read-only, as with ``bwrap_system=host``."""
+    return not image.get("root") and bool(image.get("python_copy"))
+
+
+def supervisor_env() -> dict[str, str]:
+    """The environment every supervisor starts with (the template's too): the server's
+    own is not passed on (its token, its settings), only what finding Python needs."""
+    return {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}
 
 
 def choose_backend(config: ServiceConfig, request: dict) -> str:
@@ -108,6 +125,9 @@ class Launcher:
         self.runtime_dir = ""
         self.bwrap_path: str | None = None
         self.bwrap_version: list[int] | None = None
+        self.pinned_roots: dict[tuple[str, str], dict] = {}  # (image, its hash) -> bwrap_root.ensure's view
+        self.pinned_root_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.template = SupervisorTemplate(os.path.join(state_dir.root, "supervisor-template.log"))
 
     def prepare(self) -> None:
         """Blocking start-up work: the runtime copy and the server's own bwrap."""
@@ -120,6 +140,11 @@ class Launcher:
         binary = bwrap.discover()
         self.bwrap_path = bwrap.install_copy(binary, os.path.join(self.state_dir.root, "bwrap")) if binary else None
         self.bwrap_version = list(binary.version) if binary else None
+
+    def start_template(self) -> None:
+        """Start the supervisor template (``supervisor_template``), off any request's path."""
+        if self.config.supervisor_template:
+            self.template.start(supervisor_env())
 
     def allocate_uid(self) -> int | None:
         """A host uid no live sandbox has (a root server only: otherwise all run as the server)."""
@@ -135,6 +160,10 @@ class Launcher:
     async def spawn(self, image: str, limits: dict, ttl: int, max_life: int, *, pooled: bool,
                     metadata: dict | None = None, egress: EgressPolicy | None = None, owner: int | None = None,
                     isolation: str = V.BWRAP, on_idle: str = V.ON_IDLE_DELETE) -> Handle:
+        image_info = self.images.get(image)  # image.json, read once per sandbox
+        system_root = (await self.pinned_root(image_info)
+                       if isolation == V.BWRAP and self.config.bwrap_system == "pinned" and pins(image_info)
+                       else None)
         sandbox_id = new_sandbox_id(self.config.node_id)
         d = self.state_dir.sandbox(sandbox_id)
         os.makedirs(d, mode=0o711)
@@ -144,7 +173,6 @@ class Launcher:
         os.makedirs(workspace, mode=0o700)
         if uid is not None:
             os.chown(workspace, uid, uid)
-        image_info = self.images.get(image)  # image.json, read once per sandbox
         spec = {
             "id": sandbox_id, "image": image, "image_info": image_info, "uid": uid,
             "limits": limits, "ttl_seconds": ttl, "max_lifetime_seconds": max_life,
@@ -157,6 +185,8 @@ class Launcher:
             "workspace_store": self.workspace_store if isolation == V.GVISOR else None,
             "usage_record_seconds": self.config.usage_record_seconds,
         }
+        if system_root is not None:
+            spec["bwrap_root"] = system_root
         if egress is not None:
             spec["egress"] = await self.egress.prepare(sandbox_id, d, egress, uid, owner)
         statefile.write_json(os.path.join(d, "spec.json"), spec)
@@ -174,24 +204,42 @@ class Launcher:
         handle.record = ready["state"]
         return handle
 
+    async def pinned_root(self, image_info: dict) -> dict:
+        """The bwrap view of the image's pinned root, built (in a thread) by the first sandbox
+        of the image in this state directory, which is the warm pool's for the default image,
+        then remembered: finding a root's version runs ldd over the whole image (about a
+        second), too slow for every create. A host upgrade reaches sandboxes once the server
+        restarts (the root's version names the host files' sizes and times)."""
+        key = (image_info["name"], image_info["hash"])
+        async with self.pinned_root_locks.setdefault(key, asyncio.Lock()):
+            if key not in self.pinned_roots:
+                try:
+                    self.pinned_roots[key] = await asyncio.to_thread(
+                        bwrap_root.ensure, os.path.join(self.state_dir.root, "rootfs"), image_info, self.runtime_dir,
+                        pack=self.root)
+                except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+                    log.error("the pinned root of image %s could not be built: %s", key[0], exc)
+                    raise ApiError(503, "unavailable", f"the pinned root of image {key[0]!r} could not be built "
+                                   f"({exc}); a server with bwrap_system=host runs on the host's /usr") from None
+        return self.pinned_roots[key]
+
     async def start_supervisor(self, handle: Handle, *extra: str) -> dict:
         """Start a sandbox's supervisor (``--restore``: from its checkpoint) and return what
         it reported once ready (``ok``, ``state``) or why it could not start."""
         d, sandbox_id = handle.dir, handle.id
         read_fd, write_fd = os.pipe()
-        log_file = open_private_log(os.path.join(d, "supervisor.log"))
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}
-        env[SUPERVISOR_DIR_ENV] = d  # not in argv: other users read every command line in ps, and d names the id
+        log_file = open_private_log(os.path.join(d, SUPERVISOR_LOG))
         try:
-            handle.process = subprocess.Popen(
-                [sys.executable, "-m", "sandbox.supervisor", "--ready-fd", str(write_fd), *extra],
-                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                start_new_session=True, env=env, cwd="/",
-            )
+            # Forked by the template (handled by pid, like a re-adopted one), else a process of its own.
+            handle.process = None
+            handle.pid = (await asyncio.to_thread(self.template.fork, d, write_fd, log_file.fileno(), list(extra))
+                          if self.template.running else None)
+            if handle.pid is None:
+                handle.process = _popen_supervisor(d, write_fd, log_file, extra)
+                handle.pid = handle.process.pid
         finally:
             os.close(write_fd)
             log_file.close()
-        handle.pid = handle.process.pid
         self.registry.live[sandbox_id] = handle
         line = await asyncio.to_thread(_read_line, read_fd)
         try:
@@ -199,6 +247,17 @@ class Launcher:
         except ValueError:
             ready = {"ok": False, "error": f"the supervisor said: {line[:200]!r}"}
         return ready
+
+
+def _popen_supervisor(d: str, write_fd: int, log_file, extra: tuple[str, ...]) -> subprocess.Popen:
+    """A supervisor as a new interpreter (where no template forks one)."""
+    env = supervisor_env()
+    env[SUPERVISOR_DIR_ENV] = d  # not in argv: other users read every command line in ps, and d names the id
+    return subprocess.Popen(
+        [sys.executable, "-m", SUPERVISOR_MODULE, "--ready-fd", str(write_fd), *extra],
+        pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+        start_new_session=True, env=env, cwd="/",
+    )
 
 
 def _read_line(fd: int) -> str:

@@ -120,6 +120,7 @@ class SandboxManager:
             self.images.refresh_default(sandboxes_left(self.state_dir), progress=progress)
 
     async def start(self) -> None:
+        self.launcher.start_template()  # before the pool's and re-adoption's first supervisors
         await self.readoption.adopt()
         self.tasks.append(asyncio.create_task(self.reaper.run()))
         self.tasks.append(asyncio.create_task(self.pool.keep()))
@@ -139,6 +140,7 @@ class SandboxManager:
         await self.end_saver.save_all_before_stop(ending)
         await asyncio.gather(*(self.end(h, "the server shut down") for h in ending), return_exceptions=True)
         self.kept = sorted(i for i, h in self.live.items() if h.record.get("state") != V.POOLED)
+        await asyncio.to_thread(self.launcher.template.stop)  # its children, the kept sandboxes' supervisors, run on
 
     def _each_second(self, now: float) -> None:
         """The reaper's call each second: idle gVisor sandboxes to sleep, nearly expired ones saved."""

@@ -9,7 +9,8 @@ re-attach while every sandbox keeps its interpreter state.
 The supervisor also enforces what must hold even when no server is running: the TTL and
 the absolute lifetime cap (it ends its own sandbox), the per-execute timeout (interrupt,
 then kill), and the record of why a sandbox died (OOM, pids, crash), written atomically to
-``state.json`` before it exits. Started as ``python -m sandbox.supervisor SANDBOX_DIR``
+``state.json`` before it exits. Forked from the supervisor template (``template``), which
+runs ``__main__``'s main in the child, or started as ``python -m sandbox.supervisor``
 (see ``__main__``); one module per job, composed in ``lifecycle.Supervisor``.
 """
 
