@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import typing as t
 
 from ipykernel.kernelapp import IPKernelApp
-from traitlets import DottedObjectName
+from traitlets import DottedObjectName, default
 
 from .kernel import SandboxKernel
+from .parent_watch import watch_for
 
 
 class SandboxKernelApp(IPKernelApp):
@@ -35,6 +37,22 @@ class SandboxKernelApp(IPKernelApp):
         """
         super().init_sockets()
         self.shell_channel_thread = None
+
+    @default("parent_handle")
+    def _parent_handle_default(self) -> int:
+        """JPY_PARENT_PID as the process is at start-up: ipykernel reads it when its module
+        is imported, which in a forked kernel was the fork server, long before this
+        kernel's environment existed."""
+        return int(os.environ.get("JPY_PARENT_PID") or 0)
+
+    def init_poller(self) -> None:
+        """Watch the Jupyter server itself when it is not this process's parent (a kernel
+        forked by the fork server: kernel/parent_watch.py), else as ipykernel does."""
+        watch = watch_for(self.parent_handle)
+        if watch is None:
+            super().init_poller()
+        else:
+            self.poller = watch
 
     def initialize(self, argv: t.Any = None) -> None:
         """The logger at the level its handlers keep.
