@@ -77,8 +77,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              LAYERS + "test_seccomp_alone_keeps_a_sandbox_off_the_network"),
     mutation("environment-leak", "the supervisor's clean environment (the server's is not passed on)",
              "sandbox/core/launcher.py",
-             'env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}',
-             "env = dict(os.environ)",
+             'return {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}',
+             "return dict(os.environ)",
              SVC + "test_svc_canary.py::test_server_environment_is_not_visible_inside"),
     mutation("ttl-renew", "renew's sliding of the TTL",
              "sandbox/supervisor/control.py",
@@ -177,6 +177,20 @@ MUTATIONS: tuple[Mutation, ...] = (
     mutation("egress-raw-sockets", "seccomp's refusal of raw INET sockets in a sandbox with egress",
              "sandbox/isolation/seccomp.py", "            for kind in _RAW_TYPES:", "            for kind in ():",
              "tests/unit/test_seccomp.py::test_egress_variant_denies_raw_sockets"),
+    # ---- supervisors forked from the supervisor template
+    Mutation("template-descriptors", "a forked supervisor holding only its own descriptors (two layers: the "
+             "template closes each request's after the fork, the child all but its own)",
+             (Edit("sandbox/supervisor/template.py",
+                   "            for fd in fds:  # the child has its own copies; the next child must not get these\n"
+                   "                os.close(fd)\n", "            pass\n"),
+              Edit("sandbox/supervisor/template.py", "            os.closerange(low + 1, high)\n", "            pass\n")),
+             (SVC + "test_svc_supervisor_template.py::test_supervisors_are_forked_by_the_template_and_hold_only_their_own_files",)),
+    mutation("forked-supervisor-identity", "telling a forked supervisor by its sandbox's log on its stdout (else "
+             "the server files it as crashed, and a new server as lost)",
+             "sandbox/common/paths.py", "return bool(log) and (log == expected or log == os.path.realpath(expected))",
+             "return False",
+             SVC + "test_svc_supervisor_template.py::test_forked_supervisors_outlive_the_server_are_readopted_and_"
+             "their_ttl_still_ends_them"),
 )
 
 

@@ -104,6 +104,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """After every fixture (and every worker) is done: fail the run if it left anything
     behind, list it, and end and remove it all the same."""
     support.remove_kernelspec()  # installed once per process by whichever suite needed it first
+    support.end_fork_servers()  # started by this process's first forked kernel
     if not session.config.stash.get(RUN_OWNER, False):
         return
     testrun.end_default_image(session.config.stash.get(EARLY_BUILD, None))

@@ -19,6 +19,7 @@ Environment:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -150,7 +151,9 @@ def make_state_dir(prefix: str, images_from: pathlib.Path | None = None) -> path
     traverse every parent to reach their workspace (mkdtemp makes 0700, and TMPDIR may be
     under a 0700 home). Only each image's ``image.json`` is copied: its absolute paths
     (venv, layers, interpreter copy) keep pointing into the source, which outlives these
-    servers, so no test pays for an image build nor for copying 300 MiB.
+    servers, so no test pays for an image build nor for copying 300 MiB. The pinned roots
+    (``rootfs``, built from an image by its first bwrap or gVisor sandbox) are the source's
+    too, through a link: built once per run, not by each server's first sandbox.
     """
     run_tag = testrun.tag()  # the run's tag in the name: its end-of-run check finds what is left
     path = pathlib.Path(tempfile.mkdtemp(prefix=f"{prefix}{run_tag}-" if run_tag else prefix, dir="/tmp"))
@@ -162,6 +165,8 @@ def make_state_dir(prefix: str, images_from: pathlib.Path | None = None) -> path
                 dest.mkdir(mode=0o755, parents=True)
                 (path / "images").chmod(0o755)  # mkdir's mode is the leaf's: a parent follows the umask
                 shutil.copy2(info, dest / "image.json")
+            (images_from / "rootfs").mkdir(mode=0o755, exist_ok=True)
+            (path / "rootfs").symlink_to(images_from / "rootfs")
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
@@ -342,20 +347,62 @@ def processes_of(path: pathlib.Path, sandbox_ids: t.Iterable[str] = ()) -> dict[
 
 
 def supervisor_dir_of(pid: int) -> str:
-    """The sandbox directory a supervisor was given (in its environment), or ''."""
+    """The sandbox directory a supervisor was given (in its environment), or, for one forked
+    by the supervisor template (whose environment block is the template's), the directory
+    of the log on its stdout; for the template, the state directory of its log; or ''."""
     try:
         env = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return ""
     prefix = b"SANDBOX_SUPERVISOR_DIR="
-    return next((e[len(prefix):].decode() for e in env if e.startswith(prefix)), "")
+    named = next((e[len(prefix):].decode() for e in env if e.startswith(prefix)), "")
+    if named:
+        return named
+    try:
+        log = os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return ""
+    if os.path.basename(log) == "supervisor.log":
+        return os.path.dirname(log)
+    # the supervisor template itself: its log is the state directory's supervisor-template.log
+    return os.path.dirname(log) if os.path.basename(log) == "supervisor-template.log" else ""
+
+
+SUPERVISOR_COMMANDS = ("sandbox.supervisor", "sandbox.supervisor.template")  # fresh, and forked by the template
+
+
+def is_supervisor_command(cmd: list[str]) -> bool:
+    return any(name in cmd for name in SUPERVISOR_COMMANDS)
 
 
 def is_supervisor(pid: int | None, sandbox_dir: pathlib.Path) -> bool:
-    """The supervisor of ``sandbox_dir`` (named in its environment: never its argv, which
-    other users read)."""
+    """The supervisor of ``sandbox_dir`` (named in its environment or by its log: never its
+    argv, which other users read)."""
     cmd = cmdline(pid) if pid else []
-    return pid_alive(pid) and "sandbox.supervisor" in cmd and supervisor_dir_of(pid) == str(sandbox_dir)
+    return pid_alive(pid) and is_supervisor_command(cmd) and supervisor_dir_of(pid) == str(sandbox_dir)
+
+
+def parent_of(pid: int) -> int:
+    return int(_status_field(pid, "PPid"))
+
+
+def children_of(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if parent_of(int(entry)) == pid:
+                    kids.append(int(entry))
+            except (OSError, AssertionError):
+                continue
+    return kids
+
+
+def template_of(server: "Server") -> int:
+    """The server's supervisor template (its child running that module)."""
+    found = [pid for pid in children_of(server.proc.pid) if SUPERVISOR_COMMANDS[1] in cmdline(pid)]
+    assert len(found) == 1, {p: cmdline(p) for p in children_of(server.proc.pid)}
+    return found[0]
 
 
 def cgroup_dirs(*sandbox_ids: str) -> list[pathlib.Path]:
@@ -409,7 +456,7 @@ def sweep(state_dir: pathlib.Path) -> None:
     ids = sandbox_ids(state_dir)
     # Not the whole state dir: other servers' sandboxes name its image on their command lines.
     sandboxes = state_dir / "sandboxes"
-    supervisors = [pid for pid in processes_of(sandboxes) if "sandbox.supervisor" in cmdline(pid)]
+    supervisors = [pid for pid in processes_of(sandboxes) if is_supervisor_command(cmdline(pid))]
     signal_all(supervisors, signal.SIGTERM)
     wait_for(lambda: not any(pid_alive(p) for p in supervisors), 15)
     signal_all(processes_of(sandboxes, ids), signal.SIGKILL)
@@ -698,6 +745,19 @@ def install_kernelspec() -> pathlib.Path:
     return _KERNELSPEC_PREFIX / "share" / "jupyter"
 
 
+def end_fork_servers() -> None:
+    """End the kernel fork servers this process started (kernel/forkserver.py, one per
+    interpreter and environment). Each ends by itself within a second of its parent, when
+    it has no kernel left; the run's check for what it left behind may look first."""
+    for pid in _children().get(os.getpid(), []):
+        if "kernel.forkserver" in command(pid):
+            try:
+                os.kill(pid, signal.SIGTERM)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+
+
 def remove_kernelspec() -> None:
     global _KERNELSPEC_PREFIX
     if _KERNELSPEC_PREFIX is not None:
@@ -798,3 +858,22 @@ def disk_used(path: str | os.PathLike) -> int:
     os.sync()
     st = os.statvfs(path)
     return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+@contextlib.contextmanager
+def fresh_account(prefix: str, *, why_root: str, home: bool = False) -> t.Iterator[str]:
+    """A new ordinary Unix account (``useradd``), removed afterwards: a real other uid for
+    a test to act as. Skipped with ``why_root`` where this process is not root, and where
+    the account tools are missing."""
+    if os.geteuid() != 0:
+        pytest.skip(why_root)
+    for tool in ("useradd", "userdel", "runuser"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed: no ordinary account to act as")
+    name = f"{prefix}{secrets.token_hex(3)}"
+    subprocess.run(["useradd", *(["--create-home"] if home else []), "--shell", "/bin/sh", name],
+                   check=True, capture_output=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", *(["--remove"] if home else []), name], capture_output=True)

@@ -105,21 +105,26 @@ class Lab:
         return self.process.log_tail(n)
 
     def kernel_pids(self) -> set[int]:
-        """The kernel processes this JupyterLab started (its descendants running `-m kernel`:
-        `sandbox-kernel lab` runs JupyterLab as its child, which starts the kernels): the
-        kernel records its pid in its sandbox's metadata."""
+        """The kernel processes this JupyterLab started (its descendants running `-m kernel`,
+        or forked by the fork server it started: `sandbox-kernel lab` runs JupyterLab as its
+        child, which starts the kernels): the kernel records its pid in its sandbox's metadata."""
         parents: dict[int, int] = {}
         kernels: set[int] = set()
+        forking: set[int] = set()  # the fork server and the kernels it forked (they keep its command line)
         for entry in pathlib.Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             try:
                 stat = (entry / "stat").read_text()
                 parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-                if b"kernel" in (entry / "cmdline").read_bytes().split(b"\0"):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if b"kernel" in argv:
                     kernels.add(int(entry.name))
+                elif b"kernel.forkserver" in argv:
+                    forking.add(int(entry.name))
             except (OSError, IndexError, ValueError):
                 continue
+        kernels |= {pid for pid in forking if parents.get(pid) in forking}  # forked: the fork server's children
 
         def descends(pid: int) -> bool:
             for _ in range(8):  # lab -> JupyterLab -> kernel: a short chain

@@ -46,6 +46,22 @@ def as_token(gateway: GatewayProcess, token: str) -> httpx.Client:
                         timeout=httpx.Timeout(60, connect=5))
 
 
+@pytest.fixture
+def create_as(user_gateway: GatewayProcess) -> t.Iterator[t.Callable[[httpx.Client], str]]:
+    """create_as(client): the id of a sandbox made with that client's token; every one is
+    deleted afterwards with the shared token (whoever the test left it to)."""
+    made: list[str] = []
+
+    def create(client: httpx.Client) -> str:
+        made.append(support.create(client, ttl_seconds=300)["id"])
+        return made[-1]
+
+    yield create
+    with user_gateway.client() as admin:
+        for sandbox_id in made:
+            admin.delete(f"/v1/sandboxes/{sandbox_id}")
+
+
 def run(client: httpx.Client, sandbox_id: str, code: str) -> httpx.Response:
     """An execute, read to its end (a refusal is a plain JSON answer)."""
     return client.post(f"/v1/sandboxes/{sandbox_id}/execute", json={"code": code})
@@ -81,7 +97,7 @@ def as_unknown(answer: httpx.Response, sandbox_id: str, unknown: httpx.Response,
 
 
 @pytest.mark.slow
-def test_a_users_sandbox_is_an_unknown_id_to_another_user(user_gateway, user_secret):
+def test_a_users_sandbox_is_an_unknown_id_to_another_user(user_gateway, user_secret, create_as):
     """Bob's token reaches nothing of Alice's sandbox, each refusal the same as for an id that
     never existed (no hint it exists), and Alice's variable and file are as she left them.
     Control: the same probes with the shared token do reach it (get, execute, files, delete),
@@ -89,12 +105,8 @@ def test_a_users_sandbox_is_an_unknown_id_to_another_user(user_gateway, user_sec
     alice = as_token(user_gateway, users.mint(user_secret, "alice"))
     bob = as_token(user_gateway, users.mint(user_secret, "bob"))
     admin = user_gateway.client()
-    made: list[str] = []
     try:
-        hers = support.create(alice, ttl_seconds=300)["id"]
-        made.append(hers)
-        his = support.create(bob, ttl_seconds=300)["id"]
-        made.append(his)
+        hers, his = create_as(alice), create_as(bob)
         assert printed(alice, hers, "secret_value = 41\nprint(secret_value)") == "41\n"
         assert alice.put(f"/v1/sandboxes/{hers}/files/notes.txt", content=b"alice's notes").status_code == 201
 
@@ -118,8 +130,6 @@ def test_a_users_sandbox_is_an_unknown_id_to_another_user(user_gateway, user_sec
             "get": 200, "execute": 200, "files list": 200, "file read": 200, "file write": 201, "delete": 200}
         assert alice.get(f"/v1/sandboxes/{hers}").status_code == 410  # hers, deleted: she is told so
     finally:
-        for sandbox_id in made:
-            admin.delete(f"/v1/sandboxes/{sandbox_id}")
         for client in (alice, bob, admin):
             client.close()
 
@@ -152,7 +162,7 @@ def test_forged_and_other_secrets_tokens_get_401_and_users_stay_off_the_admins_r
         assert admin.get("/v1/nodes").status_code == 200  # control: the shared token's routes
 
 
-def test_an_agents_scope_under_a_user_token_stays_within_that_user(user_gateway, user_secret):
+def test_an_agents_scope_under_a_user_token_stays_within_that_user(user_gateway, user_secret, create_as):
     """A user's agent declares its own scope (and '*'): it reaches its own sandboxes and its
     user's, never another user's, whose sandbox answers 404 even to '*'. Control: the user's
     unscoped kernel reaches the agent's sandbox."""
@@ -160,21 +170,14 @@ def test_an_agents_scope_under_a_user_token_stays_within_that_user(user_gateway,
     agent = as_token(user_gateway, alice_token)
     agent.headers["Sandbox-Scope"] = "helper, *"
     alice, bob = as_token(user_gateway, alice_token), as_token(user_gateway, bob_token)
-    made: list[str] = []
     try:
-        agents = support.create(agent, ttl_seconds=300)["id"]
-        made.append(agents)
-        bobs = support.create(bob, ttl_seconds=300)["id"]
-        made.append(bobs)
+        agents, bobs = create_as(agent), create_as(bob)
         assert agent.get(f"/v1/sandboxes/{bobs}").status_code == 404
         assert bobs not in listed(agent)
         assert bob.get(f"/v1/sandboxes/{agents}").status_code == 404
         assert alice.get(f"/v1/sandboxes/{agents}").status_code == 200 and agents in listed(alice)
         assert listed(agent)[agents]["owner"]["name"] == "alice"
     finally:
-        with user_gateway.client() as admin:
-            for sandbox_id in made:
-                admin.delete(f"/v1/sandboxes/{sandbox_id}")
         for client in (agent, alice, bob):
             client.close()
 

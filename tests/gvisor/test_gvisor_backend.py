@@ -53,12 +53,14 @@ def test_a_gvisor_sandbox_runs_under_gvisors_kernel_and_keeps_state(api, new_san
     assert r.json()["isolation"]["backend"] == "gvisor" and r.json()["state"] == "running"
 
 
-def test_the_root_filesystem_is_the_images_own_not_the_hosts(api, new_sandbox):
+def test_the_root_filesystem_is_the_images_own_not_the_hosts(api, new_sandbox, spawn_server):
     assert all(os.path.exists(p) for p in HOST_ONLY), "control: these exist on the host"
     got = probe(api, new_sandbox(isolation="gvisor")["id"])
     assert not any(got["seen"].values()), got["seen"]
-    control = probe(api, new_sandbox(isolation="bwrap")["id"])
-    assert control["seen"]["/usr/bin/apt-get"], "control: bwrap binds the host's /usr"
+    # control: a bwrap sandbox on the host's /usr (bwrap_system=host; the default is the pinned root)
+    with spawn_server("--set", "bwrap_system=host").client(timeout=120) as host_api:
+        control = probe(host_api, support.create(host_api, isolation="bwrap")["id"])
+    assert control["seen"]["/usr/bin/apt-get"], "control: bwrap on the host's /usr sees it"
 
 
 def test_no_network_from_a_gvisor_sandbox(api, new_sandbox):

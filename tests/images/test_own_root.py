@@ -102,12 +102,13 @@ def test_nothing_of_the_host_usr_is_visible_on_an_own_root(api, new_sandbox, own
             pytest.skip(f"the host's node is the image's version too ({host_version}): the check cannot tell them apart")
 
 
-def test_control_the_marker_is_visible_on_the_host_root(api, new_sandbox, host_marker):
-    """The probe fires: a bubblewrap sandbox of the default image (the host's /usr, read-only)
-    sees it. (The gVisor tier has no host-root sandbox to compare with: its venv images'
-    pinned root copies a few host files, not /usr/local.)"""
-    sbx = new_sandbox(isolation="bwrap")
-    end, out = command(api, sbx["id"], argv=["sh", "-c", f"test -e {host_marker} && echo visible || echo absent"])
+def test_control_the_marker_is_visible_on_the_host_root(spawn_server, host_marker):
+    """The probe fires: a bubblewrap sandbox of the default image on a server that keeps the
+    host's /usr (``bwrap_system=host``) sees it. (The gVisor tier has no host-root sandbox to
+    compare with: its venv images' pinned root copies a few host files, not /usr/local.)"""
+    with spawn_server("--pool-size", "0", "--set", "bwrap_system=host").client(timeout=120) as api:
+        sbx = support.create(api, isolation="bwrap")
+        end, out = command(api, sbx["id"], argv=["sh", "-c", f"test -e {host_marker} && echo visible || echo absent"])
     assert out.strip() == "visible", (end, out)
 
 

@@ -82,7 +82,7 @@ class Node(Process):
 
     def supervisors(self) -> list[int]:
         return [pid for pid in support.processes_of(self.state_dir / "sandboxes")
-                if "sandbox.supervisor" in support.cmdline(pid)]
+                if support.is_supervisor_command(support.cmdline(pid))]
 
     def kill_everything(self) -> list[int]:
         """SIGKILL the server and every supervisor (their sandboxes die with them)."""

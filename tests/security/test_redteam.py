@@ -100,6 +100,10 @@ GVISOR_ONLY_MOUNTS = {"/sys"}
 # the gVisor root is the image's own copy: its /etc also holds the alternatives links of the
 # few tools it carries
 GVISOR_ONLY_ETC = {"alternatives"}
+# bwrap on the pinned root (bwrap_system=pinned, the default): the same /etc as gVisor's, and
+# the empty points the egress mounts land on (a read-only root cannot make them on demand)
+PINNED_BWRAP_TOP = {"run"}
+PINNED_BWRAP_ETC = GVISOR_ONLY_ETC | {"sandbox-egress"}
 # the environment bwrap gives the runtime (--clearenv, then these): a new name here is a
 # decision about what a sandbox may see, so it should fail this suite until added
 SANDBOX_ENV = {"HOME", "USER", "LANG", "LC_ALL", "PATH", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE",
@@ -349,7 +353,7 @@ def test_p01_no_inherited_fd_reaches_the_host(hostile, probe, canary):
             f"{sorted(probe['own_fds'].values())}")
 
 
-def test_p02_host_files_invisible(hostile, probe, canary, image_info, isolation):
+def test_p02_host_files_invisible(hostile, victim, probe, canary, image_info, isolation):
     # control: the host reads them
     assert pathlib.Path("/etc/shadow").read_bytes()
     host_top = set(os.listdir("/"))
@@ -365,6 +369,9 @@ def test_p02_host_files_invisible(hostile, probe, canary, image_info, isolation)
     if isolation == "gvisor":
         expected_top |= {m.strip("/") for m in GVISOR_ONLY_MOUNTS}
         expected_etc |= GVISOR_ONLY_ETC
+    elif victim["isolation"].get("rootfs_version"):
+        expected_top |= PINNED_BWRAP_TOP
+        expected_etc |= PINNED_BWRAP_ETC
     top = set(probe["top"])
     assert top <= expected_top, top - expected_top
     assert not host_top <= expected_top  # the host's own / is more than that
@@ -886,7 +893,13 @@ def test_p13_cmdlines_name_no_host_path(hostile, probe, image_info):
     outcome(13, "host paths in command lines", f"none: {sorted(e['cmdline'][:60] for e in probe['procs'].values())}")
 
 
-def test_p14_setuid_and_capabilities(probe, isolation):
+def on_pinned_root(victim: dict, isolation: str) -> bool:
+    """The sandbox runs on its image's pinned root (gVisor; bwrap unless the server keeps the
+    host's /usr with bwrap_system=host): the host's su, mount, unshare are not in it."""
+    return isolation == "gvisor" or bool(victim["isolation"].get("rootfs_version"))
+
+
+def test_p14_setuid_and_capabilities(probe, victim, isolation):
     gvisor = isolation == "gvisor"
     if gvisor:  # uid 0 exists in gVisor's namespace, but the code has no CAP_SETUID
         assert failed_with(probe["setuid0"], "PermissionError", "EPERM"), probe["setuid0"]
@@ -897,7 +910,7 @@ def test_p14_setuid_and_capabilities(probe, isolation):
     host_su = subprocess.run(["su", "root", "-c", "id -u"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert host_su.stdout.strip() == "0", host_su
     su, mount_bin, bins = probe["su"], probe["mount_bin"], probe["setuid_bins"]
-    if gvisor:
+    if on_pinned_root(victim, isolation):
         # the image's own root carries no su, sudo, mount nor any setuid binary
         for name in ("su", "sudo", "mount_bin"):
             assert failed_with(probe[name], "FileNotFoundError", "ENOENT"), (name, probe[name])
@@ -935,7 +948,7 @@ def test_p15_keyrings(probe, control, isolation):
     outcome(15, "keyctl, add_key", f"{refused['errno']} both (without seccomp and on the host: a key serial)")
 
 
-def test_p16_mount_and_namespaces(probe, control, isolation):
+def test_p16_mount_and_namespaces(probe, control, victim, isolation):
     from sandbox.isolation import bwrap
 
     assert probe["mount"] == {"ret": -1, "errno": "EPERM"}, probe["mount"]
@@ -949,7 +962,10 @@ def test_p16_mount_and_namespaces(probe, control, isolation):
     else:
         assert probe["unshare"] == {"ok": True, "value": {"user": "EPERM", "mnt": "EPERM", "net": "EPERM",
                                                           "pid": "EPERM"}}, probe["unshare"]
-        assert cmd["ok"] and cmd["value"]["rc"] == 1 and "Operation not permitted" in cmd["value"]["err"], cmd
+        if on_pinned_root(victim, isolation):
+            assert failed_with(cmd, "FileNotFoundError", "ENOENT"), cmd  # no unshare in the image's root
+        else:
+            assert cmd["ok"] and cmd["value"]["rc"] == 1 and "Operation not permitted" in cmd["value"]["err"], cmd
     assert probe["bwrap_on_path"] == {"ok": True, "value": None}, probe["bwrap_on_path"]
     assert failed_with(probe["bwrap_host_path"], "FileNotFoundError", "ENOENT"), probe["bwrap_host_path"]
     # controls: without seccomp, --disable-userns still refuses a user namespace (another errno);

@@ -192,17 +192,9 @@ def test_c03_pull_writes_no_host_code_without_the_flag(kernels, tmp_path):
 def hostile_user() -> t.Iterator[str]:
     """A fresh ordinary account, the author of the directories root's admin commands are
     pointed at; removed afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("root's admin commands against a user's directory need root (useradd, runuser)")
-    for tool in ("useradd", "userdel", "runuser"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed: no ordinary account to play the user")
-    name = f"sbkh{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True, capture_output=True)
-    try:
+    with support.fresh_account("sbkh", home=True,
+                               why_root="root's admin commands against a user's directory need root (useradd, runuser)") as name:
         yield name
-    finally:
-        subprocess.run(["userdel", "--remove", name], capture_output=True)
 
 
 def as_user(user: str, script: str) -> None:

@@ -145,6 +145,9 @@ def test_p23_mountinfo_names_no_state_layout_but_the_images(sandbox_server, api,
     info = _image_info(sandbox_server, sandbox)
     assert {_bwrap_point(info, m) for m in info["mounts"]} <= set(by_point), (info["mounts"], by_point)
     trees = {m["tree"] for m in info["mounts"]}
+    version = sandbox["isolation"].get("rootfs_version")
+    if version:  # on the pinned root: its system view is bound as / (a directory where nothing is loop-mounted)
+        trees.add(json.loads((sandbox_server.state_dir / "rootfs" / version / "system.json").read_text())["tree"])
     naming_state = {point: root for root, point, _ in entries if state in root or state in point}
     if sandbox["isolation"].get("disk", "").startswith("none"):
         # An ordinary user's server binds /workspace as a plain directory (no loop mount
@@ -210,7 +213,8 @@ def test_p23_mountinfo_names_no_host_interpreter_prefix(spawn_server, tmp_path):
     """The copy of the host's interpreter is mounted at a neutral path, and a symlink at the
     host's prefix leads to it (the venv's baked references name that prefix): no line of
     mountinfo names the host's prefix, and the interpreter runs. Control: a server whose
-    bwrap binds the copy at the host's prefix again, where the probe finds it."""
+    bwrap binds the copy at the host's prefix again (on the host's /usr: the pinned root has
+    the link there), where the probe finds it."""
     from sandbox.isolation.bwrap import PYTHON_MOUNT
 
     prefix = os.path.realpath(sys.base_prefix)
@@ -241,7 +245,7 @@ print({MARK!r} + json.dumps({{"mounts": mounts(open("/proc/self/mountinfo").read
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(PREFIX_MOUNTED)
-    control = spawn_server("--pool-size", "0", extra_env={
+    control = spawn_server("--pool-size", "0", "--set", "bwrap_system=host", extra_env={
         "PYTHONPATH": f"{shim}{os.pathsep}{support.server_env(None)['PYTHONPATH']}"})
     found = [entry for entry in mountinfo_of(control)["mounts"] if entry[1] == prefix]
     assert found, "control: with the copy bound at the host's prefix, the probe finds that mount point"

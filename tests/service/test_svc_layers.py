@@ -241,9 +241,9 @@ def attempt(name, action):
         out[name] = [type(exc).__name__, errno.errorcode.get(exc.errno)]
 attempt("see other", lambda: os.path.exists("/proc/{runtimes[b['id']]}/status"))
 attempt("signal other", lambda: os.kill({runtimes[b['id']]}, 0))
-attempt("read other", lambda: open("/host-sandboxes/{b['id']}/workspace/secret.txt").read())
-attempt("list other", lambda: os.listdir("/host-sandboxes/{b['id']}/workspace"))
-attempt("read own", lambda: open("/host-sandboxes/{a['id']}/workspace/secret.txt").read())
+attempt("read other", lambda: open("/tmp/host-sandboxes/{b['id']}/workspace/secret.txt").read())
+attempt("list other", lambda: os.listdir("/tmp/host-sandboxes/{b['id']}/workspace"))
+attempt("read own", lambda: open("/tmp/host-sandboxes/{a['id']}/workspace/secret.txt").read())
 attempt("my pid", lambda: os.getpid())
 print(json.dumps(out))
 """))

@@ -92,7 +92,7 @@ def claim_warm(client) -> dict:
 
 
 def test_only_a_warm_sandbox_has_the_images_modules_preloaded(spawn_server, api):
-    """Preloading pays numpy, pandas and matplotlib ahead, while nobody waits: with the
+    """Preloading pays numpy and pandas ahead (not matplotlib: 29 MiB per idle sandbox), while nobody waits: with the
     product's defaults a warm sandbox has them at its first cell. A sandbox started for a
     waiting caller (here: not from the pool, for its disk size) imports nothing ahead (about
     a CPU-second) and imports on first use, a figure then showing inline all the same. With
@@ -100,7 +100,8 @@ def test_only_a_warm_sandbox_has_the_images_modules_preloaded(spawn_server, api)
     either."""
     with spawn_server("--pool-size", "1").client(timeout=120) as own:
         warm = claim_warm(own)
-        assert result_text(ok(execute(own, warm["id"], PRELOADED))) == "['matplotlib.pyplot', 'numpy', 'pandas']"
+        assert result_text(ok(execute(own, warm["id"], PRELOADED))) == "['numpy', 'pandas']"
+        assert result_text(ok(execute(own, warm["id"], "import sys; 'matplotlib' in sys.modules"))) == "False"
         cold = create(own, disk_mb=257)
         assert cold["from_pool"] is False, cold
         assert result_text(ok(execute(own, cold["id"], PRELOADED))) == "[]"
