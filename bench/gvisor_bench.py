@@ -31,7 +31,7 @@ import statistics
 import time
 
 from bench import runsc_bare
-from bench.harness import DEFAULT_STATE_DIR, BenchServer, HostLoad, create, delete, execute, markdown_table
+from bench.harness import DEFAULT_STATE_DIR, BenchServer, HostLoad, create, delete, execute, markdown_table, server_settings
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
@@ -46,8 +46,8 @@ def p50(values):
     return statistics.median(values) if values else None
 
 
-def run(state_dir: str, reps: int, sizes: list[int], rounds: int = 3) -> dict:
-    server = BenchServer(state_dir, pool_size=0)
+def run(state_dir: str, reps: int, sizes: list[int], rounds: int = 3, settings: tuple[str, ...] = ()) -> dict:
+    server = BenchServer(state_dir, pool_size=0, extra_args=server_settings(settings))
     server.start()
     load = HostLoad()
     out: dict = {"create_s": {}, "trivial_cell_ms": {}, "pause": []}
@@ -201,8 +201,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--sizes", default="100,300")
     parser.add_argument("--rounds", type=int, default=3, help="pause/fork/resume rounds per size, each beside a bare one")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a server setting (e.g. supervisor_template=false, for the run before a change)")
     args = parser.parse_args()
-    result = run(args.state_dir, args.reps, [int(s) for s in args.sizes.split(",")], args.rounds)
+    result = run(args.state_dir, args.reps, [int(s) for s in args.sizes.split(",")], args.rounds, tuple(args.set))
+    result["server_settings"] = args.set
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "gvisor.json").write_text(json.dumps(result, indent=1))
     if args.reps:

@@ -311,6 +311,11 @@ def with_repo_on_path(env: dict[str, str]) -> dict[str, str]:
     return source_env(env)
 
 
+def server_settings(settings: t.Iterable[str]) -> tuple[str, ...]:
+    """`serve` arguments for a benchmark's ``--set NAME=VALUE`` options."""
+    return tuple(arg for setting in settings for arg in ("--set", setting))
+
+
 class BenchServer:
     """A sandbox server of our own: own port, own state dir (kept, so the image is built once).
 

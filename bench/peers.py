@@ -39,7 +39,7 @@ if __package__ in (None, ""):  # `python bench/peers.py`
     __package__ = "bench"
 
 from bench import peers_memory  # noqa: E402
-from bench.harness import DEFAULT_STATE_DIR, BenchServer, loadavg, markdown_table, ratio, summary  # noqa: E402
+from bench.harness import DEFAULT_STATE_DIR, BenchServer, loadavg, markdown_table, ratio, server_settings, summary  # noqa: E402
 from bench.kernel_bench import KernelSetup, _kernel_pid, stop  # noqa: E402
 from kernel.drive import run_cell  # noqa: E402
 
@@ -199,7 +199,8 @@ def idle_memory(server: BenchServer, setup: KernelSetup, arm: Arm, n: int) -> di
         time.sleep(2.0)  # let the pool's refill and the kernels' start-up garbage settle
         pids = [_kernel_pid(km) for km, _ in kernels]
         if arm.ours:
-            return peers_memory.ours(server.state_dir, server.pid, sandbox_of)
+            forks = [getattr(km.provisioner.process, "server_pid", None) for km, _ in kernels]
+            return peers_memory.ours(server.state_dir, server.pid, sandbox_of, [p for p in forks if p])
         return peers_memory.peer([p for p in pids if p])
     finally:
         for km, kc in kernels:
@@ -263,15 +264,23 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help=f"short run: {QUICK}")
     parser.add_argument("--state-dir", default=os.environ.get("SANDBOX_BENCH_STATE_DIR", DEFAULT_STATE_DIR))
     parser.add_argument("--out", default=str(RESULTS / "peers-latest.json"))
+    parser.add_argument("--idle", type=int, help="idle kernels per arm for the memory figure (default: the run's)")
+    parser.add_argument("--cold", type=int, help="cold starts per arm (default: the run's)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a server setting (e.g. supervisor_template=false, for the run before a change)")
     args = parser.parse_args()
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    server = BenchServer(args.state_dir, pool_size=2, log=log)
+    server = BenchServer(args.state_dir, pool_size=2, log=log, extra_args=server_settings(args.set))
     server.start()
     setup = KernelSetup(server)
     try:
         if setup.error:
             raise SystemExit(setup.error)
-        result = run(server, setup, QUICK if args.quick else FULL, log)
+        counts = dict(QUICK if args.quick else FULL)
+        for key in ("idle", "cold"):
+            if getattr(args, key):
+                counts[key] = getattr(args, key)
+        result = run(server, setup, counts, log)
     finally:
         server.stop()
         shutil.rmtree(setup.prefix, ignore_errors=True)

@@ -8,7 +8,12 @@ processes; each is named, so that the table says where the MiB are:
 - the kernel process on the host (what Jupyter starts: the kernel protocol);
 - the sandbox: its supervisor on the host and every process under it or of the sandbox's
   host uid (bwrap and the runtime; runsc's Sentry and gofer on the gVisor tier);
-- its share of the server and of the warm pool (their PSS divided by the kernels alive).
+- its share of the server, of the supervisor template the server forks supervisors from
+  (its pages are the supervisors' shared ones: counted once, here) and of the warm pool
+  (their PSS divided by the kernels alive);
+- its share of the fork server its kernel process was forked from (kernel/forkserver.py:
+  the pages the kernel processes share with it are split between them by PSS already, and
+  what the fork server itself is charged for is shared out over the kernels the same way).
 
 A peer (plain ipykernel, the jail, the container) is the process Jupyter started and all
 its descendants.
@@ -21,7 +26,7 @@ import os
 import pathlib
 import typing as t
 
-from sandbox.common.paths import is_supervisor_of
+from sandbox.common.paths import SUPERVISOR_TEMPLATE_MODULE, is_supervisor_of
 
 from .harness import MiB, pids_of_uid, smaps_rollup
 
@@ -51,6 +56,19 @@ def tree(pid: int | None) -> list[int]:
     return out
 
 
+def supervisor_template(server_pid: int) -> list[int]:
+    """The server's supervisor template, if it runs (a child of the server)."""
+    found = []
+    for pid in children(server_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if SUPERVISOR_TEMPLATE_MODULE.encode() in f.read().split(b"\0"):
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 def pss_mib(pids: t.Iterable[int]) -> float:
     return sum(smaps_rollup(p).get("pss", 0) for p in set(pids)) / MiB
 
@@ -71,11 +89,12 @@ def sandbox_pids(state_dir: pathlib.Path, sandbox_dir: pathlib.Path) -> tuple[in
     return supervisor, sorted(set(inside) - {supervisor})
 
 
-def ours(state_dir: pathlib.Path, server_pid: int, kernels: dict[int, str]) -> dict[str, t.Any]:
+def ours(state_dir: pathlib.Path, server_pid: int, kernels: dict[int, str],
+         fork_servers: t.Iterable[int] = ()) -> dict[str, t.Any]:
     """Per-kernel PSS of our kernels: `kernels` maps each kernel process to its sandbox id.
 
-    The sandboxes of this state dir that no kernel holds are the warm pool; the server and
-    the pool are shared out over the kernels."""
+    The sandboxes of this state dir that no kernel holds are the warm pool; the server, the
+    pool and the fork servers the kernel processes came from are shared out over the kernels."""
     per: dict[str, list[float]] = {"kernel process": [], "supervisor": [], "sandbox processes": []}
     claimed = set(kernels.values())
     for kernel_pid, sandbox_id in kernels.items():
@@ -91,7 +110,11 @@ def ours(state_dir: pathlib.Path, server_pid: int, kernels: dict[int, str]) -> d
     n = max(1, len(kernels))
     mean = {k: sum(v) / len(v) if v else 0.0 for k, v in per.items()}
     mean["server share"] = pss_mib([server_pid]) / n
+    mean["supervisor template share"] = pss_mib(supervisor_template(server_pid)) / n
     mean["warm pool share"] = pool / n
+    fork_servers = sorted(set(fork_servers))
+    if fork_servers:
+        mean["fork server share"] = pss_mib(fork_servers) / n
     return {"kernels": len(kernels), "per_kernel_mib": mean, "total_mib": sum(mean.values())}
 
 
