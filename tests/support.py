@@ -365,7 +365,9 @@ def supervisor_dir_of(pid: int) -> str:
     if os.path.basename(log) == "supervisor.log":
         return os.path.dirname(log)
     # the supervisor template itself: its log is the state directory's supervisor-template.log
-    return os.path.dirname(log) if os.path.basename(log) == "supervisor-template.log" else ""
+    from sandbox.common.paths import SUPERVISOR_TEMPLATE_LOG
+
+    return os.path.dirname(log) if os.path.basename(log) == SUPERVISOR_TEMPLATE_LOG else ""
 
 
 SUPERVISOR_COMMANDS = ("sandbox.supervisor", "sandbox.supervisor.template")  # fresh, and forked by the template

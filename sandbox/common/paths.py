@@ -161,6 +161,7 @@ SUPERVISOR_DIR_ENV = "SANDBOX_SUPERVISOR_DIR"
 SUPERVISOR_MODULE = "sandbox.supervisor"
 SUPERVISOR_TEMPLATE_MODULE = "sandbox.supervisor.template"  # a forked supervisor's command line is the template's
 SUPERVISOR_LOG = "supervisor.log"  # in the sandbox's directory: the supervisor's stdout and stderr
+SUPERVISOR_TEMPLATE_LOG = "supervisor-template.log"  # in the state directory: the template's
 
 
 def is_supervisor_of(pid: int | None, sandbox_dir: str) -> bool:

@@ -29,7 +29,8 @@ from .handles import Handle
 from ..common.ids import new_sandbox_id
 from ..images.images import ImageStore
 from ..isolation import bwrap, bwrap_root, disk, gvisor, host, workspace_store
-from ..common.paths import SUPERVISOR_DIR_ENV, SUPERVISOR_LOG, SUPERVISOR_MODULE, StateDir, open_private_log
+from ..common.paths import (SUPERVISOR_DIR_ENV, SUPERVISOR_LOG, SUPERVISOR_MODULE, SUPERVISOR_TEMPLATE_LOG, StateDir,
+                            open_private_log)
 from .registry import Registry
 from ..runtime import vocabulary as V
 from .supervisor_template import SupervisorTemplate
@@ -126,7 +127,7 @@ class Launcher:
         self.bwrap_version: list[int] | None = None
         self.pinned_roots: dict[tuple[str, str], dict] = {}  # (image, its hash) -> bwrap_root.ensure's view
         self.pinned_root_locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self.template = SupervisorTemplate(os.path.join(state_dir.root, "supervisor-template.log"))
+        self.template = SupervisorTemplate(os.path.join(state_dir.root, SUPERVISOR_TEMPLATE_LOG))
 
     def prepare(self) -> None:
         """Blocking start-up work: the runtime copy and the server's own bwrap."""

@@ -18,6 +18,8 @@ import pytest
 
 from tests import support
 
+from sandbox.common.paths import SUPERVISOR_TEMPLATE_LOG
+
 TEMPLATE = support.SUPERVISOR_COMMANDS[1]
 
 
@@ -57,7 +59,7 @@ def test_supervisors_are_forked_by_the_template_and_hold_only_their_own_files(sp
             assert files["0"] == "/dev/null", files
             assert not [f for f in files.values() if other in f], (sid, files)
             assert template_socket not in files.values(), (sid, files)
-            assert not [f for f in files.values() if f.endswith("supervisor-template.log")], files
+            assert not [f for f in files.values() if f.endswith(SUPERVISOR_TEMPLATE_LOG)], files
         # ...and no pipe or socket of the other's supervisor is among them (readlink names
         # those by inode; every epoll is the one anon_inode and says nothing)
         shared = set(open_files(supervisors[ids[0]]).values()) & set(open_files(supervisors[ids[1]]).values())
