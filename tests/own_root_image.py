@@ -5,7 +5,9 @@ recipe's hash, then lent to the session server as its other images are
 (support.make_state_dir). Import the fixtures by name.
 
 - ``own_root_image``: Debian packages (gcc, nodejs, npm), an npm and a pip package;
-- ``r_image``: the shipped ``r`` recipe (Debian's R), about 100 s and 630 MiB here.
+- ``r_image``: the shipped ``r`` recipe (Debian's R), about 100 s and 630 MiB here;
+- ``java_image``: the shipped ``java`` recipe (Debian's headless JDK), about 46 s and 790 MiB here;
+- ``go_image``: the shipped ``go`` recipe (Debian's Go), about 46 s and 945 MiB here.
 """
 
 from __future__ import annotations
@@ -104,3 +106,14 @@ def r_image(sandbox_server) -> dict:
     """The shipped ``r`` recipe's image (Debian's r-base-core), built once per run."""
     return build_and_lend(sandbox_server, *shipped("r"))[0]
 
+
+@pytest.fixture(scope="session")
+def java_image(sandbox_server) -> dict:
+    """The shipped ``java`` recipe's image (Debian's default-jdk-headless), built once per run."""
+    return build_and_lend(sandbox_server, *shipped("java"))[0]
+
+
+@pytest.fixture(scope="session")
+def go_image(sandbox_server) -> dict:
+    """The shipped ``go`` recipe's image (Debian's golang-go), built once per run."""
+    return build_and_lend(sandbox_server, *shipped("go"))[0]
