@@ -191,6 +191,12 @@ MUTATIONS: tuple[Mutation, ...] = (
              "return False",
              SVC + "test_svc_supervisor_template.py::test_forked_supervisors_outlive_the_server_are_readopted_and_"
              "their_ttl_still_ends_them"),
+    mutation("jvm-memory-limit", "a JVM's heap sized from the sandbox's memory limit (else from the host's "
+             "memory: filling it is an out-of-memory kill, on gVisor of the whole sandbox)",
+             "sandbox/isolation/bwrap.py",
+             "        **runtime_environment(limits),  # a JVM's heap inside the sandbox's memory limit\n", "",
+             "tests/images/test_java_image.py::test_javac_and_java_run_from_a_python_cell_on_each_tier[bwrap]",
+             "tests/images/test_java_image.py::test_javac_and_java_run_from_a_python_cell_on_each_tier[gvisor]"),
 )
 
 

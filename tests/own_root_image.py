@@ -5,7 +5,9 @@ recipe's hash, then lent to the session server as its other images are
 (support.make_state_dir). Import the fixtures by name.
 
 - ``own_root_image``: Debian packages (gcc, nodejs, npm), an npm and a pip package;
-- ``r_image``: the shipped ``r`` recipe (Debian's R), about 100 s and 630 MiB here.
+- ``r_image``: the shipped ``r`` recipe (Debian's R), about 100 s and 630 MiB here;
+- ``java_image``: the shipped ``java`` recipe (Debian's headless JDK), about 46 s and 790 MiB here;
+- ``go_image``: the shipped ``go`` recipe (Debian's Go), about 46 s and 945 MiB here.
 """
 
 from __future__ import annotations
@@ -27,8 +29,24 @@ from sandbox.images.images import RECIPES
 
 RECIPE = {"apt": ["gcc", "libc6-dev", "nodejs", "npm"], "npm": ["left-pad"], "pip": ["six"]}
 NAME = "own-root-" + hashlib.sha256(json.dumps(RECIPE, sort_keys=True).encode()).hexdigest()[:8]
-R_RECIPE = {k: RECIPES["r"][k] for k in ("root", "apt", "pip")}
-R_NAME = "r-" + hashlib.sha256(json.dumps(R_RECIPE, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def shipped(recipe_name: str) -> tuple[str, dict]:
+    """A shipped recipe's build fields, and the run's name for its image: the recipe's name
+    and its fields' hash, so that a changed recipe is built again rather than reused."""
+    recipe = {k: RECIPES[recipe_name][k] for k in ("root", "apt", "pip")}
+    return f"{recipe_name}-" + hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:8], recipe
+
+
+def labelled_lines(events: list[dict]) -> dict[str, str]:
+    """A cell's stdout lines as {first word: the rest}: the tests' cells print "label value"."""
+    text = support.stream_text(events)
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in text.splitlines() if " " in line}
+
+
+def deb_package(image: dict, name: str) -> dict:
+    """The Debian package ``name`` in ``image``'s package list (its ecosystem ``deb``)."""
+    return next(p for p in image["package_list"] if p.get("ecosystem") == "deb" and p["name"] == name)
 
 
 def build_argv(name: str, recipe: dict) -> list[str]:
@@ -86,4 +104,16 @@ def own_root_image(sandbox_server) -> dict:
 @pytest.fixture(scope="session")
 def r_image(sandbox_server) -> dict:
     """The shipped ``r`` recipe's image (Debian's r-base-core), built once per run."""
-    return build_and_lend(sandbox_server, R_NAME, R_RECIPE)[0]
+    return build_and_lend(sandbox_server, *shipped("r"))[0]
+
+
+@pytest.fixture(scope="session")
+def java_image(sandbox_server) -> dict:
+    """The shipped ``java`` recipe's image (Debian's default-jdk-headless), built once per run."""
+    return build_and_lend(sandbox_server, *shipped("java"))[0]
+
+
+@pytest.fixture(scope="session")
+def go_image(sandbox_server) -> dict:
+    """The shipped ``go`` recipe's image (Debian's golang-go), built once per run."""
+    return build_and_lend(sandbox_server, *shipped("go"))[0]

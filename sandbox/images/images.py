@@ -69,6 +69,14 @@ RECIPES: dict[str, dict] = {
     # R beside Python (`Rscript`, `%%script Rscript`): Debian's R without its recommends
     # (no compilers, no recommended CRAN packages), 100 s and 630 MiB here (tests/images/test_r_image.py).
     "r": {"root": "debian", "apt": ["r-base-core"], "pip": [], "preload": DEFAULT_PRELOAD},
+    # Java beside Python (`javac`, `java Main.java`): Debian's headless JDK (OpenJDK 17) without
+    # its recommends, 46 s and 790 MiB here from empty caches (tests/images/test_java_image.py);
+    # a JVM's heap is a quarter of the sandbox's memory_mb (isolation/runtime_limits.py).
+    "java": {"root": "debian", "apt": ["default-jdk-headless"], "pip": [], "preload": DEFAULT_PRELOAD},
+    # Go beside Python (`go run`, `go build`; the standard library only: no module proxy
+    # without egress): Debian's golang-go (Go 1.19), 46 s and 945 MiB here from empty caches
+    # (tests/images/test_go_image.py).
+    "go": {"root": "debian", "apt": ["golang-go"], "pip": [], "preload": DEFAULT_PRELOAD},
     "datascience": {
         "pip": ["scipy", "scikit-learn", "seaborn", "statsmodels", "pyarrow", "openpyxl", "xlrd",
                 "polars", "duckdb", "sympy", "networkx", "plotly", "tabulate"],

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import testonly
+from .runtime_limits import runtime_environment
 
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
@@ -284,6 +285,7 @@ def sandbox_environment(spec: dict) -> dict[str, str]:
         **NO_NETWORK_PIP,
         # an own root's npm packages (images/debian_root.py): `require("typescript")` finds them
         **({"NODE_PATH": "/usr/local/lib/node_modules"} if image.get("root") else {}),
+        **runtime_environment(limits),  # a JVM's heap inside the sandbox's memory limit
     }
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import support
 
-from own_root_image import r_image, tier  # noqa: F401 (the run's shared build, the tiers)
+from own_root_image import deb_package, labelled_lines, r_image, tier  # noqa: F401 (the run's shared build, the tiers)
 
 # the first test of a run builds the shared image(s): minutes on 2 shared cores with cold caches
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -30,21 +30,16 @@ print("exit", rscript("quit(status = 3)")[0])
 """
 
 
-def stdout_lines(events: list[dict]) -> dict[str, str]:
-    text = "".join(e.get("text", "") for e in events if e["type"] == "stream")
-    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in text.splitlines() if " " in line}
-
-
 def test_rscript_runs_from_a_python_cell_on_each_tier(api, new_sandbox, r_image, tier):
     print(f"r image: built in {r_image['build_seconds']} s, {r_image['size_bytes'] // 2**20} MiB")
     sbx = new_sandbox(image=r_image["name"], isolation=tier)
     events = support.ok(support.execute(api, sbx["id"], R_CELL))
-    out = stdout_lines(events)
+    out = labelled_lines(events)
     assert out["answer"] == "(0, '42')", events
     assert out["frame"] == "(0, 'a 1.5;b 3.5| 2.5')", events
     assert out["exit"] == "3", events
     # the R that runs is the one the image's package list names (r-base-core 4.2.2.20221110-2: R 4.2.2)
-    deb = next(p for p in r_image["package_list"] if p.get("ecosystem") == "deb" and p["name"] == "r-base-core")
+    deb = deb_package(r_image, "r-base-core")
     running = out["version"].strip("()").split(", ")[1].strip("'")
     assert deb["version"].startswith(running + "."), (deb["version"], running)
 
@@ -52,7 +47,7 @@ def test_rscript_runs_from_a_python_cell_on_each_tier(api, new_sandbox, r_image,
 def test_the_sbom_lists_r_base_core_with_its_debian_version(r_image):
     from sandbox.images import image_packages
 
-    listed = next(p for p in r_image["package_list"] if p.get("ecosystem") == "deb" and p["name"] == "r-base-core")
+    listed = deb_package(r_image, "r-base-core")
     assert listed["requested"] and listed["version"], listed
     bom = json.loads(image_packages.sbom(r_image))
     r = [c for c in bom["components"] if c["purl"].startswith("pkg:deb/debian/r-base-core@")]

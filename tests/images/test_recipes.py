@@ -95,10 +95,12 @@ def test_an_own_root_recipe_hash_differs_and_a_venv_recipe_hash_is_unchanged() -
     assert images.recipe_hash(own) != images.recipe_hash(images.make_recipe("tiny", ["six"], None, None, apt=["g++"]))
 
 
-def test_the_shipped_r_recipe_is_debian_r_on_a_root_of_its_own() -> None:
-    r = images.make_recipe("r", [], None, None)
-    assert r["root"] == "debian" and r["base"] is None and r["apt"] == ["r-base-core"]
-    assert set(images.DEFAULT_PACKAGES) <= set(r["pip"])
+@pytest.mark.parametrize("name, apt", [("r", ["r-base-core"]), ("java", ["default-jdk-headless"]),
+                                       ("go", ["golang-go"])])
+def test_a_shipped_language_recipe_is_debian_packages_on_a_root_of_its_own(name, apt) -> None:
+    recipe = images.make_recipe(name, [], None, None)
+    assert recipe["root"] == "debian" and recipe["base"] is None and recipe["apt"] == apt
+    assert set(images.DEFAULT_PACKAGES) <= set(recipe["pip"])
 
 
 def test_a_layered_recipe_names_its_base_and_its_base_build_in_its_hash() -> None:

@@ -110,7 +110,9 @@ SANDBOX_ENV = {"HOME", "USER", "LANG", "LC_ALL", "PATH", "VIRTUAL_ENV", "PYTHONP
                "IPYTHONDIR", "MPLCONFIGDIR", "MPLBACKEND", "SANDBOX_PRELOAD", "SANDBOX_OUTPUT_LIMIT", "SANDBOX_MPLCACHE",
                "TERM", "PWD",
                # pip's one quick attempt without a network (isolation/bwrap.py, NO_NETWORK_PIP)
-               "PIP_RETRIES", "PIP_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_INPUT"}
+               "PIP_RETRIES", "PIP_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_INPUT",
+               # the sandbox's memory limit for a JVM's heap (isolation/runtime_limits.py)
+               "JAVA_TOOL_OPTIONS"}
 
 
 def outcome(number: int, name: str, text: str) -> None:
