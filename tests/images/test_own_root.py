@@ -65,6 +65,25 @@ def test_node_gcc_bash_and_python_run_in_the_image_on_each_tier(api, new_sandbox
     assert "six 6" in text, events
 
 
+NODE_GROWS = ("let kept = []; let n = 0; try { while (true) { kept.push(new Array(1e6).fill(n++)); } } "
+              "finally { }")
+
+
+def test_node_s_heap_ends_inside_the_sandbox_limit_on_each_tier(api, new_sandbox, own_root_image, tier):
+    """A script that keeps growing meets V8's own limit, half the sandbox's memory (NODE_OPTIONS,
+    runtime_limits.py): node ends with "heap out of memory" and the sandbox lives on, its
+    state too. Without it V8 planned about 4 GiB here: the out-of-memory killer ended node,
+    and on gVisor the whole sandbox."""
+    sbx = new_sandbox(image=own_root_image["name"], isolation=tier)
+    support.ok(support.execute(api, sbx["id"], "kept = 41"))
+    end, out = command(api, sbx["id"], argv=["node", "-e", NODE_GROWS], timeout_seconds=120)
+    # V8 aborts (SIGABRT) with its message; the out-of-memory killer's end would be SIGKILL
+    assert end["signal"] == 6 and "heap out of memory" in out, (end, out[-2000:])
+    assert end["sandbox_state"] == "running", end
+    events = support.ok(support.execute(api, sbx["id"], "print('alive', kept + 1)"))
+    assert "alive 42" in "".join(e.get("text", "") for e in events if e["type"] == "stream"), events
+
+
 def test_no_network_in_the_image(api, new_sandbox, own_root_image, tier):
     sbx = new_sandbox(image=own_root_image["name"], isolation=tier)
     end, out = command(api, sbx["id"], argv=["node", "-e", "require('dns').lookup('deb.debian.org', "

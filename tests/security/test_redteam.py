@@ -111,8 +111,8 @@ SANDBOX_ENV = {"HOME", "USER", "LANG", "LC_ALL", "PATH", "VIRTUAL_ENV", "PYTHONP
                "TERM", "PWD",
                # pip's one quick attempt without a network (isolation/bwrap.py, NO_NETWORK_PIP)
                "PIP_RETRIES", "PIP_TIMEOUT", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_INPUT",
-               # the sandbox's memory limit for a JVM's heap (isolation/runtime_limits.py)
-               "JAVA_TOOL_OPTIONS"}
+               # the sandbox's memory limit for a JVM's and V8's heaps (isolation/runtime_limits.py)
+               "JAVA_TOOL_OPTIONS", "NODE_OPTIONS"}
 
 
 def outcome(number: int, name: str, text: str) -> None:
