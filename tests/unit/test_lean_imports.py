@@ -52,3 +52,31 @@ def test_the_supervisor_loads_no_tls(tmp_path):
     assert loaded_after("import sandbox.supervisor.__main__", ["ssl"], tmp_path) == {"ssl": False}
     # control: the supervisor's code without its entry point imports ssl (through asyncio)
     assert loaded_after("import sandbox.supervisor.lifecycle", ["ssl"], tmp_path) == {"ssl": True}
+
+
+def test_the_sandbox_runtime_loads_no_asyncio_nor_tls(tmp_path):
+    """The runtime in every sandbox (warm ones too) speaks over a blocking channel: asyncio
+    and the ssl it imports (about 2 MiB of each sandbox) come only with a cell that uses
+    them. Checked on the copy a sandbox runs (launcher.install_runtime), with its shell."""
+    from sandbox.core.launcher import install_runtime
+
+    copy = install_runtime(str(tmp_path / "runtimes"))
+    code = (f"import sys; sys.path.insert(0, {copy!r})\n"
+            "import sandbox_runtime.runtime, sandbox_runtime.shell")
+    names = ["asyncio", "ssl"]
+    assert loaded_after(code, names, tmp_path) == dict.fromkeys(names, False)
+    # control: the host's side still reads frames (asyncio imported where it first does),
+    # and a channel that closes mid-frame is still an EOFError, not a NameError
+    import asyncio
+
+    from sandbox.runtime import protocol
+
+    async def read(data: bytes) -> dict:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        return await protocol.read_frame(reader)
+
+    assert asyncio.run(read(protocol.encode({"x": 1}))) == {"x": 1}
+    with pytest.raises(EOFError):
+        asyncio.run(read(protocol.encode({"x": 1})[:6]))
