@@ -70,6 +70,11 @@ def preload() -> None:
     leave_out(HTTPX_COMMAND_LINE)  # before the first import of httpx, as kernel/__main__.py does
     import kernel.app  # noqa: F401  (ipykernel, jupyter_client, zmq, tornado, traitlets, our kernel)
     import sandbox.client  # noqa: F401  (httpx: what the kernel opens at start)
+    from sandbox.service.endpoint import plain_http_context
+
+    # The SSL context every kernel's HTTP client is given (none speaks TLS to its server):
+    # made in a kernel, the first context set up OpenSSL's tables there, about 4 MiB of it.
+    plain_http_context()
 
     for name in LATER:
         try:
