@@ -124,6 +124,20 @@ def test_env_and_cwd_reach_the_child(fork_dir, start_kernel, tmp_path):
     assert host(kc, "import os\nprint(os.environ['JPY_PARENT_PID'])") == str(os.getpid())
 
 
+def test_a_kernel_has_its_launchs_environment_not_the_fork_servers(fork_dir, start_kernel):
+    """The fork server started with the first launch's environment; the second launch's
+    lacks one of its variables and changes another: its kernel (and what that kernel starts,
+    which reads the C environment) sees exactly its own. Control: the first kernel has both."""
+    km1, kc1 = start_kernel(FROM_THE_FIRST="1", CHANGED="first")
+    km2, kc2 = start_kernel(CHANGED="second")
+    assert km1.provisioner.process.server_pid == km2.provisioner.process.server_pid
+    shown = ("import os, subprocess\nprint(os.environ.get('FROM_THE_FIRST'), os.environ.get('CHANGED'), "
+             "subprocess.run(['sh', '-c', 'echo ${FROM_THE_FIRST:-unset} $CHANGED'], capture_output=True, "
+             "text=True).stdout.strip())")
+    assert host(kc1, shown) == "1 first 1 first"
+    assert host(kc2, shown) == "None second unset second"
+
+
 def test_interrupt_restart_and_shutdown_act_on_the_child(fork_dir, start_kernel):
     km, kc = start_kernel()
     assert run_cell(kc, "x = 1").status == "ok"
