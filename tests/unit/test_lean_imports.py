@@ -80,3 +80,16 @@ def test_the_sandbox_runtime_loads_no_asyncio_nor_tls(tmp_path):
     assert asyncio.run(read(protocol.encode({"x": 1}))) == {"x": 1}
     with pytest.raises(EOFError):
         asyncio.run(read(protocol.encode({"x": 1})[:6]))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("click") is None, reason="click is not installed here: httpx would not "
+                    "import its command line anyway, so there is nothing to leave out")
+def test_the_cli_and_so_the_server_loads_no_http_command_line(tmp_path):
+    """`python -m sandbox` and the `sandbox-kernel` script (both `sandbox.__main__:main`),
+    whose `serve` is the server for as long as it runs."""
+    names = ["rich", "pygments"]
+    cli = ("import sys\nfrom sandbox.__main__ import main\nsys.argv = ['sandbox-kernel', '--help']\n"
+           "try:\n    main()\nexcept SystemExit:\n    pass\nimport sandbox.service.server")
+    assert loaded_after(cli, names, tmp_path) == dict.fromkeys(names, False)
+    # control: the server's code imported without the entry point loads httpx's CLI
+    assert loaded_after("import sandbox.service.server", names, tmp_path) == dict.fromkeys(names, True)
