@@ -93,3 +93,15 @@ def test_the_cli_and_so_the_server_loads_no_http_command_line(tmp_path):
     assert loaded_after(cli, names, tmp_path) == dict.fromkeys(names, False)
     # control: the server's code imported without the entry point loads httpx's CLI
     assert loaded_after("import sandbox.service.server", names, tmp_path) == dict.fromkeys(names, True)
+
+
+def test_the_server_loads_cryptography_and_tqdm_only_when_it_uses_them(tmp_path):
+    """cryptography makes the egress CA (a server whose sandboxes never ask for egress makes
+    none), tqdm draws an image build's bar on a terminal (the server never draws one): about
+    4 and 2 MiB of the server otherwise. Controls: a bar drawn, a CA module imported."""
+    names = ["cryptography", "tqdm"]
+    assert loaded_after("import sandbox.service.server", names, tmp_path) == dict.fromkeys(names, False)
+    used = ("import io, sandbox.service.server\nfrom sandbox.images.progress import BuildProgress\n"
+            "with BuildProgress(io.StringIO(), bar=True) as p:\n    p('step 1/2: one')\n"
+            "import sandbox.egress.ca")
+    assert loaded_after(used, names, tmp_path) == dict.fromkeys(names, True)
