@@ -36,16 +36,19 @@ import os
 import socket
 import ssl
 import time
+import typing as t
 import urllib.parse
 from dataclasses import dataclass, field
 
 import h11
 
-from .ca import CertificateAuthority
 from .connections import ActivityReader, ConnectionRefused, ConnectionTable, Tracked
 from .policy import Address, EgressPolicy, Refused, normalize_host, parse_address
 from .scrub import Scrubber, UncheckableEncoding
 from .secrets import SecretStore, replace_in_headers
+
+if t.TYPE_CHECKING:
+    from .ca import CertificateAuthority
 
 log = logging.getLogger("sandbox.egress")
 

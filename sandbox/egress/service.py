@@ -17,7 +17,6 @@ import urllib.parse
 from ..core.descriptors import DescriptorBudget
 from ..common.errors import ApiError
 from ..isolation.bwrap import EGRESS_CA_BUNDLE as CA_BUNDLE, EGRESS_PACKAGES as PACKAGES, EGRESS_SOCKET_DIR as SOCKET_DIR
-from .ca import CertificateAuthority
 from .connections import ConnectionLimits, ConnectionTable
 from .policy import EgressPolicy, parse_policy
 from .proxy import EgressProxy, Resolver
@@ -108,8 +107,11 @@ class EgressService:
 
     @property
     def proxy(self) -> EgressProxy:
-        """Made on first use: a server whose sandboxes never ask for egress makes no CA."""
+        """Made on first use: a server whose sandboxes never ask for egress makes no CA (nor
+        imports cryptography, which the CA is made with: about 4 MiB of the server)."""
         if self._proxy is None:
+            from .ca import CertificateAuthority
+
             os.makedirs(self.root, mode=0o700, exist_ok=True)
             import ssl
 

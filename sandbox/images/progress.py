@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import typing as t
 
-from tqdm import tqdm
-
 from .images import STEP_RE
+
+if t.TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 class BuildProgress:
@@ -35,6 +36,8 @@ class BuildProgress:
                 print(line, file=self.stream, flush=True)
                 return
             if self.bar is None:
+                from tqdm import tqdm  # here: a bar only on a terminal; the server never draws one
+
                 self.bar = tqdm(total=total, file=self.stream, unit="step", leave=True,
                                 bar_format="{desc} {bar} {n_fmt}/{total_fmt} steps, {elapsed}{postfix}")
             self.bar.set_description_str(name)

@@ -6,17 +6,24 @@ so nothing a cell prints can be mistaken for a message; JSON (never pickle) keep
 from executing anything that came out of a sandbox. The reader enforces a size cap before
 it allocates, so a hostile peer cannot make the host buffer an arbitrary amount.
 
-This module is copied into every sandbox, so it uses the standard library only.
+This module is copied into every sandbox, so it uses the standard library only. The
+runtime in the sandbox speaks over a blocking socket or pipes (`SocketChannel`); only the
+host's side (the supervisor, the server) reads frames with asyncio, which is imported when
+it first does: asyncio, and the ssl it loads, are about 2 MiB of every sandbox's memory
+that a sandbox whose cells never use them would otherwise carry.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
 import struct
 import threading
+import typing as t
+
+if t.TYPE_CHECKING:
+    import asyncio
 
 HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -120,6 +127,8 @@ async def read_frame(reader: asyncio.StreamReader, max_frame: int = MAX_FRAME_BY
 
 async def read_payload(reader: asyncio.StreamReader, max_frame: int = MAX_FRAME_BYTES) -> bytes:
     """Read one frame's payload, unparsed (for a caller that checks it first)."""
+    import asyncio  # the host's side only (the module's docstring says why not at the top)
+
     try:
         header = await reader.readexactly(HEADER.size)
     except asyncio.IncompleteReadError:

@@ -33,11 +33,6 @@ import sys
 import time
 import types
 
-try:  # the default image has it; a bare image saves with the standard pickler
-    import cloudpickle as _pickler
-except ImportError:  # pragma: no cover - depends on the image
-    _pickler = None
-
 FORMAT = 1
 TRAILER = struct.Struct(">Q")
 CHUNK = 8 * 1024 * 1024
@@ -50,15 +45,29 @@ class SaveRefused(Exception):
     """A save that would pass its size or time bound; ``note`` says which, for the user."""
 
 
+def _cloudpickle() -> types.ModuleType | None:
+    """cloudpickle, where the image has it (the default image does; a bare image saves with
+    the standard pickler). Imported at the first save, not when the runtime starts: with
+    the uuid and platform modules it brings, it is about 0.3 MiB of every sandbox, and most
+    sandboxes never save."""
+    try:
+        import cloudpickle
+    except ImportError:  # pragma: no cover - depends on the image
+        return None
+    return cloudpickle
+
+
 def pickler_name() -> str:
-    if _pickler is not None:
-        return f"cloudpickle {getattr(_pickler, '__version__', '?')}"
+    pickler = _cloudpickle()
+    if pickler is not None:
+        return f"cloudpickle {getattr(pickler, '__version__', '?')}"
     return f"pickle (protocol {pickle.HIGHEST_PROTOCOL})"
 
 
 def _dumps_into(obj, stream, buffers: list) -> None:
-    if _pickler is not None:
-        _pickler.dump(obj, stream, protocol=5, buffer_callback=buffers.append)
+    pickler = _cloudpickle()
+    if pickler is not None:
+        pickler.dump(obj, stream, protocol=5, buffer_callback=buffers.append)
     else:
         pickle.dump(obj, stream, protocol=5, buffer_callback=buffers.append)
 

@@ -27,14 +27,19 @@ that names it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import pathlib
+import typing as t
 from dataclasses import dataclass
 
 import httpx
 
 from ..common.paths import SOCKET_NAME, reached_state_dir
+
+if t.TYPE_CHECKING:
+    import ssl
 
 UNIX_SCHEME = "unix:"
 # What httpx puts in the Host header over a unix socket: any name will do, none is resolved.
@@ -63,13 +68,34 @@ class Endpoint:
         """For messages: what was tried, so the user can tell which server it was."""
         return f"unix socket {self.socket}" if self.socket else self.url
 
-    # No TLS over a unix socket, so no CA bundle to load for it (verify=False): loading one
-    # costs about 1 MiB in every process holding a client, each kernel process among them.
+    @property
+    def tls(self) -> bool:
+        """Whether requests to it go over TLS (an https:// URL)."""
+        return not self.socket and self.url.startswith("https://")
+
+    # httpx gives a transport an SSL context of its own unless it is handed one. Over a unix
+    # socket or to an http:// URL there is no TLS, and each such context cost a kernel
+    # process about 4 MiB of its own memory (OpenSSL's set-up in the process, and the CA
+    # bundle); these transports share one instead (`plain_http_context`). An https:// URL
+    # gets httpx's own, verifying with its CA bundle.
     def transport(self) -> httpx.HTTPTransport | None:
-        return httpx.HTTPTransport(uds=self.socket, verify=False) if self.socket else None
+        return None if self.tls else httpx.HTTPTransport(uds=self.socket, verify=plain_http_context())
 
     def async_transport(self) -> httpx.AsyncHTTPTransport | None:
-        return httpx.AsyncHTTPTransport(uds=self.socket, verify=False) if self.socket else None
+        return None if self.tls else httpx.AsyncHTTPTransport(uds=self.socket, verify=plain_http_context())
+
+
+@functools.cache
+def plain_http_context() -> ssl.SSLContext:
+    """The one SSL context of this process's transports that speak plain HTTP (a unix
+    socket, an http:// URL): httpx wants one per transport, and none of them makes a TLS
+    connection. It is the standard library's default client context (it verifies against
+    the system's CAs, were it ever used), made once: the first context in a process sets up
+    OpenSSL's tables there, several MiB of its own memory. A kernel's fork server makes it
+    before it forks (kernel/forkserver.py), so that the kernel processes share those pages."""
+    import ssl
+
+    return ssl.create_default_context()
 
 
 def is_loopback(host: str) -> bool:

@@ -9,6 +9,7 @@ leave_out(SSL)  # before asyncio, which would import it: one MiB in every superv
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
@@ -47,13 +48,23 @@ async def amain(sandbox_dir: str, ready_fd: int | None, restore: bool = False) -
     return 0
 
 
-def main(argv: list[str] | None = None) -> None:
+@functools.cache
+def command_line() -> argparse.ArgumentParser:
+    """The supervisor's command line. Made once per process: the supervisor template makes
+    it (and parses a sample) before it forks, so that a forked supervisor only parses its
+    own arguments; building an argparse parser in each made about 0.9 MiB of it its own."""
     parser = argparse.ArgumentParser(prog="python -m sandbox.supervisor")
-    parser.add_argument("sandbox_dir", nargs="?", default=os.environ.get(SUPERVISOR_DIR_ENV),
+    parser.add_argument("sandbox_dir", nargs="?",
                         help=f"default: ${SUPERVISOR_DIR_ENV} (how the server passes it: argv is world-readable)")
     parser.add_argument("--ready-fd", type=int)
     parser.add_argument("--restore", action="store_true", help="restore the paused sandbox from its checkpoint")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = command_line().parse_args(argv)
+    if args.sandbox_dir is None:  # read now, not when the parser was made (in the template)
+        args.sandbox_dir = os.environ.get(SUPERVISOR_DIR_ENV)
     # The default loop, not uvloop: uvloop's subprocess_exec sets bwrap's argv[0] to its host
     # path, and bwrap (the sandbox's pid 1) would show the host's layout in /proc/1/cmdline.
     sys.exit(asyncio.run(amain(args.sandbox_dir, args.ready_fd, args.restore)))

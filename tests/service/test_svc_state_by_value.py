@@ -205,3 +205,18 @@ def test_a_save_refused_before_the_ttl_ends_the_sandbox_is_said_and_the_sandbox_
         support.ok(support.execute(api, again["id"], "small = 1"))
         assert api.post(f"/v1/sandboxes/{again['id']}/save", json={"label": "too-big"}).status_code == 201
         assert api.get("/v1/saves", params={"label": "too-big"}).json()["last_failure"] is None
+
+
+LOADED = "import sys; print(sorted(m for m in ('asyncio', 'ssl', 'cloudpickle') if m in sys.modules))"
+
+
+def test_a_sandbox_loads_its_pickler_at_its_first_save_not_at_start(api, new_sandbox):
+    """Every sandbox, warm ones too, would carry cloudpickle (and asyncio and ssl, through
+    the runtime's channel code) from the start; most never save. A save still uses it."""
+    sandbox = new_sandbox()
+    assert support.stream_text(support.ok(support.execute(api, sandbox["id"], LOADED))).strip() == "[]"
+    save = api.post(f"/v1/sandboxes/{sandbox['id']}/save", json={})
+    assert save.status_code == 201, save.text
+    assert save.json()["summary"]["pickler"].startswith("cloudpickle "), save.json()
+    after = support.stream_text(support.ok(support.execute(api, sandbox["id"], LOADED))).strip()
+    assert after == "['cloudpickle']"

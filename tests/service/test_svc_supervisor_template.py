@@ -66,6 +66,22 @@ def test_supervisors_are_forked_by_the_template_and_hold_only_their_own_files(sp
         assert {f for f in shared if not f.startswith("anon_inode:")} <= {"/dev/null"}, shared
 
 
+def test_the_template_builds_the_seccomp_filter_its_children_would_each_build(spawn_server):
+    """Built in a supervisor, the filter (libseccomp, through ctypes) made about a MiB of
+    its memory its own; built in the template, every supervisor shares it: the template has
+    libseccomp loaded (it never spawns a sandbox itself), and the sandbox still gets the filter."""
+    server = spawn_server()
+    with server.client(timeout=120) as c:
+        created = support.create(c)  # once it has forked one, the template is past its start-up
+        assert created["isolation"]["seccomp"] is True, created["isolation"]
+        assert support.result_text(support.ok(support.execute(c, created["id"], "6 * 7"))) == "42"
+        supervisor = support.supervisor_pid(server, created["id"])
+    template = support.template_of(server)
+    assert support.parent_of(supervisor) == template
+    with open(f"/proc/{template}/maps") as f:
+        assert "libseccomp" in f.read()
+
+
 def test_with_the_template_off_the_server_starts_each_supervisor_itself(spawn_server):
     """The control: the same probe names the server as the parent."""
     server = spawn_server("--set", "supervisor_template=False")
