@@ -39,7 +39,6 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ..runtime.protocol import STDIO_CHANNEL
 from . import rootfs
@@ -77,17 +76,34 @@ class RunscBinary:
     version: str
 
 
-@lru_cache(maxsize=1)
+# (path, inode, size, mtime) of a runsc binary -> what its --version said
+_versions: dict[tuple[str, int, int, int], RunscBinary] = {}
+
+
 def discover() -> RunscBinary | None:
+    """The runsc on PATH and its version. ``runsc --version`` starts the Go binary (tens of
+    ms, blocking), and every spawn and restore asks (a checkpoint names the version that
+    wrote it): so the answer is kept per binary file, and an upgraded runsc (another inode,
+    size or mtime) is asked again. The supervisor template asks once before it forks, so a
+    supervisor's restore asks nobody (bench/README.md, the sleep benchmark)."""
     path = shutil.which("runsc") or ("/usr/bin/runsc" if os.path.exists("/usr/bin/runsc") else None)
     if path is None:
         return None
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
+        st = os.stat(path)
+    except OSError:
         return None
-    m = re.search(r"runsc version (\S+)", out)
-    return RunscBinary(path, m.group(1)) if m else None
+    key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _versions:
+        try:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        m = re.search(r"runsc version (\S+)", out)
+        if not m:
+            return None
+        _versions[key] = RunscBinary(path, m.group(1))
+    return _versions[key]
 
 
 def available() -> tuple[bool, str]:

@@ -179,6 +179,9 @@ def prepare_children() -> None:
             seccomp.build_filter(inet)
         except (ImportError, RuntimeError, OSError, ValueError, AttributeError):
             break
+    from ..isolation import gvisor
+
+    gvisor.discover()  # runsc's version, which a gVisor spawn or restore asks for (kept per binary)
 
 
 def main() -> None:
