@@ -42,6 +42,7 @@ from bench import peers_memory  # noqa: E402
 from bench.harness import DEFAULT_STATE_DIR, BenchServer, loadavg, markdown_table, ratio, server_settings, summary  # noqa: E402
 from bench.kernel_bench import KernelSetup, _kernel_pid, stop  # noqa: E402
 from kernel.drive import run_cell  # noqa: E402
+from sandbox.core.config import ServiceConfig  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 TRIVIAL = "x = 1"
@@ -266,11 +267,13 @@ def main() -> int:
     parser.add_argument("--out", default=str(RESULTS / "peers-latest.json"))
     parser.add_argument("--idle", type=int, help="idle kernels per arm for the memory figure (default: the run's)")
     parser.add_argument("--cold", type=int, help="cold starts per arm (default: the run's)")
+    parser.add_argument("--pool-size", type=int, default=ServiceConfig().pool_size,
+                        help="the server's warm pool (default: the server's own default)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a server setting (e.g. supervisor_template=false, for the run before a change)")
     args = parser.parse_args()
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    server = BenchServer(args.state_dir, pool_size=2, log=log, extra_args=server_settings(args.set))
+    server = BenchServer(args.state_dir, pool_size=args.pool_size, log=log, extra_args=server_settings(args.set))
     server.start()
     setup = KernelSetup(server)
     try:
