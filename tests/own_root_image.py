@@ -49,6 +49,31 @@ def deb_package(image: dict, name: str) -> dict:
     return next(p for p in image["package_list"] if p.get("ecosystem") == "deb" and p["name"] == name)
 
 
+def check_sbom_names(image: dict, package: str) -> None:
+    """The image's CycloneDX SBOM lists ``package`` (the recipe's one apt package) once, at the
+    version its package list gives, marked as asked for."""
+    from sandbox.images import image_packages
+
+    listed = deb_package(image, package)
+    assert listed["requested"] and listed["version"], listed
+    bom = json.loads(image_packages.sbom(image))
+    found = [c for c in bom["components"] if c["purl"].startswith(f"pkg:deb/debian/{package}@")]
+    assert [c["version"] for c in found] == [listed["version"]], found
+    assert image["root"] == "debian" and image["apt"] == [package]
+
+
+def check_not_in_default_image(api, new_sandbox, programs: tuple[str, ...]) -> None:
+    """The control of a language image: a sandbox of the default image finds none of
+    ``programs``, so the ones the image's sandbox ran are the image's (skipped, with the
+    reason, where the host has one: it could be lent to a default-image sandbox)."""
+    on_host = [p for p in programs if shutil.which(p)]
+    if on_host:
+        pytest.skip(f"the host has {', '.join(on_host)}: a default-image sandbox would see it, the control cannot tell")
+    sbx = new_sandbox(isolation="bwrap")
+    events = support.ok(support.execute(api, sbx["id"], f"import shutil; print([shutil.which(p) for p in {list(programs)!r}])"))
+    assert str([None] * len(programs)) in support.stream_text(events), events
+
+
 def build_argv(name: str, recipe: dict) -> list[str]:
     """`sandbox image build NAME` of ``recipe`` (root, base, apt, npm, pip) into the run's image home."""
     argv = [sys.executable, "-m", "sandbox", "image", "build", name, "--state-dir", str(testrun.image_home())]

@@ -6,14 +6,14 @@ that runs.
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 
 import support
 
-from own_root_image import deb_package, go_image, labelled_lines, tier  # noqa: F401 (the shared build, tiers)
+from own_root_image import (  # noqa: F401 (the run's shared build, the tiers)
+    check_not_in_default_image, check_sbom_names, deb_package,
+    go_image, labelled_lines, tier,
+)
 
 # the first test of a run builds the shared image(s): minutes on 2 shared cores with cold caches
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -76,20 +76,9 @@ def test_go_run_from_a_python_cell_on_each_tier(api, new_sandbox, go_image, tier
 
 
 def test_the_sbom_lists_golang_go_with_its_debian_version(go_image):
-    from sandbox.images import image_packages
-
-    listed = deb_package(go_image, "golang-go")
-    assert listed["requested"] and listed["version"], listed
-    bom = json.loads(image_packages.sbom(go_image))
-    golang = [c for c in bom["components"] if c["purl"].startswith("pkg:deb/debian/golang-go@")]
-    assert [c["version"] for c in golang] == [listed["version"]], golang
-    assert go_image["root"] == "debian" and go_image["apt"] == ["golang-go"]
+    check_sbom_names(go_image, "golang-go")
 
 
 def test_control_go_is_not_there_without_the_image(api, new_sandbox):
     """A sandbox of the default image (the host's /usr) has no go, so the Go above is the image's."""
-    if shutil.which("go"):
-        pytest.skip("the host has go: a default-image sandbox would see it, the control cannot tell")
-    sbx = new_sandbox(isolation="bwrap")
-    events = support.ok(support.execute(api, sbx["id"], "import shutil; print('go', shutil.which('go'))"))
-    assert "go None" in support.stream_text(events), events
+    check_not_in_default_image(api, new_sandbox, ("go",))

@@ -5,14 +5,14 @@ both tiers, keeps a JVM inside the sandbox's memory limit, and its SBOM names th
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 
 import support
 
-from own_root_image import deb_package, java_image, labelled_lines, tier  # noqa: F401 (the shared build, tiers)
+from own_root_image import (  # noqa: F401 (the run's shared build, the tiers)
+    check_not_in_default_image, check_sbom_names, deb_package,
+    java_image, labelled_lines, tier,
+)
 
 # the first test of a run builds the shared image(s): minutes on 2 shared cores with cold caches
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -89,22 +89,10 @@ def test_javac_and_java_run_from_a_python_cell_on_each_tier(api, new_sandbox, ja
 
 
 def test_the_sbom_lists_default_jdk_headless_with_its_debian_version(java_image):
-    from sandbox.images import image_packages
-
-    listed = deb_package(java_image, "default-jdk-headless")
-    assert listed["requested"] and listed["version"], listed
-    bom = json.loads(image_packages.sbom(java_image))
-    jdk = [c for c in bom["components"] if c["purl"].startswith("pkg:deb/debian/default-jdk-headless@")]
-    assert [c["version"] for c in jdk] == [listed["version"]], jdk
-    assert java_image["root"] == "debian" and java_image["apt"] == ["default-jdk-headless"]
+    check_sbom_names(java_image, "default-jdk-headless")
 
 
 def test_control_java_is_not_there_without_the_image(api, new_sandbox):
     """A sandbox of the default image (the host's /usr) has no java nor javac, so the JDK
     above is the image's."""
-    if shutil.which("java") or shutil.which("javac"):
-        pytest.skip("the host has java: a default-image sandbox would see it, the control cannot tell")
-    sbx = new_sandbox(isolation="bwrap")
-    code = "import shutil; print('java', shutil.which('java'), shutil.which('javac'))"
-    events = support.ok(support.execute(api, sbx["id"], code))
-    assert "java None None" in support.stream_text(events), events
+    check_not_in_default_image(api, new_sandbox, ("java", "javac"))

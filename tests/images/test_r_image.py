@@ -5,14 +5,14 @@ its SBOM names the R that runs.
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 
 import support
 
-from own_root_image import deb_package, labelled_lines, r_image, tier  # noqa: F401 (the run's shared build, the tiers)
+from own_root_image import (  # noqa: F401 (the run's shared build, the tiers)
+    check_not_in_default_image, check_sbom_names, deb_package,
+    labelled_lines, r_image, tier,
+)
 
 # the first test of a run builds the shared image(s): minutes on 2 shared cores with cold caches
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -45,21 +45,10 @@ def test_rscript_runs_from_a_python_cell_on_each_tier(api, new_sandbox, r_image,
 
 
 def test_the_sbom_lists_r_base_core_with_its_debian_version(r_image):
-    from sandbox.images import image_packages
-
-    listed = deb_package(r_image, "r-base-core")
-    assert listed["requested"] and listed["version"], listed
-    bom = json.loads(image_packages.sbom(r_image))
-    r = [c for c in bom["components"] if c["purl"].startswith("pkg:deb/debian/r-base-core@")]
-    assert [c["version"] for c in r] == [listed["version"]], r
-    assert r_image["root"] == "debian" and r_image["apt"] == ["r-base-core"]
+    check_sbom_names(r_image, "r-base-core")
 
 
 def test_control_rscript_is_not_there_without_the_image(api, new_sandbox):
     """The probe tells: a sandbox of the default image (the host's /usr) has no Rscript, so
     the R above is the image's (and the host has none to lend it)."""
-    if shutil.which("Rscript"):
-        pytest.skip("the host has Rscript: a default-image sandbox would see it, the control cannot tell")
-    sbx = new_sandbox(isolation="bwrap")
-    events = support.ok(support.execute(api, sbx["id"], "import shutil; print('rscript', shutil.which('Rscript'))"))
-    assert "rscript None" in "".join(e.get("text", "") for e in events if e["type"] == "stream"), events
+    check_not_in_default_image(api, new_sandbox, ("Rscript",))
