@@ -4,7 +4,8 @@ building it again reuses it: images are content-addressed) under a name that car
 recipe's hash, then lent to the session server as its other images are
 (support.make_state_dir). Import the fixtures by name.
 
-- ``own_root_image``: Debian packages (gcc, nodejs, npm), an npm and a pip package;
+- ``own_root_image``: Debian packages (gcc, nodejs, npm), npm packages (Bun, the JavaScript
+  runtime, whose npm package carries its binary; left-pad) and a pip package;
 - ``r_image``: the shipped ``r`` recipe (Debian's R), about 100 s and 630 MiB here;
 - ``java_image``: the shipped ``java`` recipe (Debian's headless JDK), about 46 s and 790 MiB here;
 - ``go_image``: the shipped ``go`` recipe (Debian's Go), about 46 s and 945 MiB here.
@@ -27,7 +28,7 @@ import testrun
 from sandbox.images import debian_root
 from sandbox.images.images import RECIPES
 
-RECIPE = {"apt": ["gcc", "libc6-dev", "nodejs", "npm"], "npm": ["left-pad"], "pip": ["six"]}
+RECIPE = {"apt": ["gcc", "libc6-dev", "nodejs", "npm"], "npm": ["bun", "left-pad"], "pip": ["six"]}
 NAME = "own-root-" + hashlib.sha256(json.dumps(RECIPE, sort_keys=True).encode()).hexdigest()[:8]
 
 

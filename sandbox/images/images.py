@@ -64,8 +64,9 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 RECIPES: dict[str, dict] = {
     # The seed's example analysis image, on a Debian root of its own (nothing of the host's /usr).
     "gemini-analysis": {"root": "debian", "pip": ["polars", "duckdb", "scipy"], "preload": DEFAULT_PRELOAD},
-    # Node.js and TypeScript beside Python, for polyglot notebooks and `commands.run(["node", ...])`.
-    "nodejs": {"apt": ["nodejs", "npm"], "npm": ["typescript"], "pip": [], "preload": DEFAULT_PRELOAD},
+    # Node.js, TypeScript and Bun beside Python, for polyglot notebooks and `commands.run(["node", ...])`;
+    # Bun from its npm package, which carries the binary (Debian has none): `bun script.js`.
+    "nodejs": {"apt": ["nodejs", "npm"], "npm": ["bun", "typescript"], "pip": [], "preload": DEFAULT_PRELOAD},
     # R beside Python (`Rscript`, `%%script Rscript`): Debian's R without its recommends
     # (no compilers, no recommended CRAN packages), 100 s and 630 MiB here (tests/images/test_r_image.py).
     "r": {"root": "debian", "apt": ["r-base-core"], "pip": [], "preload": DEFAULT_PRELOAD},

@@ -65,6 +65,21 @@ def test_node_gcc_bash_and_python_run_in_the_image_on_each_tier(api, new_sandbox
     assert "six 6" in text, events
 
 
+def test_bun_runs_in_the_image_on_each_tier(api, new_sandbox, own_root_image, tier):
+    """Bun, the other JavaScript runtime, from its npm package (which carries the binary):
+    a script with an npm package, its exit code, and no network."""
+    sbx = new_sandbox(image=own_root_image["name"], isolation=tier)
+    end, out = command(api, sbx["id"], shell="printf 'console.log(require(\"left-pad\")(String(6 * 7), 4, \"0\")); "
+                                             "process.exit(5)' > b.js && bun b.js", timeout_seconds=120)
+    assert out.strip() == "0042" and end["exit_code"] == 5, (end, out)
+    end, out = command(api, sbx["id"], argv=["bun", "-e", "fetch('http://deb.debian.org').then(() => "
+                                             "console.log('reached')).catch(e => console.log('refused', e.code))"],
+                       timeout_seconds=120)
+    assert "reached" not in out and "refused" in out, (end, out)
+    listed = {(p.get("ecosystem"), p["name"]): p for p in own_root_image["package_list"]}
+    assert ("npm", "bun") in listed and listed[("npm", "bun")]["version"], listed.get(("npm", "bun"))
+
+
 NODE_GROWS = ("let kept = []; let n = 0; try { while (true) { kept.push(new Array(1e6).fill(n++)); } } "
               "finally { }")
 

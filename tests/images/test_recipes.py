@@ -72,7 +72,7 @@ def test_the_shipped_own_root_recipes_have_a_debian_root_and_the_runtime_package
     assert gemini["root"] == "debian" and gemini["base"] is None
     assert {"polars", "duckdb", "scipy"} <= set(gemini["pip"]) and set(images.DEFAULT_PACKAGES) <= set(gemini["pip"])
     node = images.make_recipe("nodejs", [], None, None)
-    assert node["root"] == "debian" and {"nodejs", "npm"} <= set(node["apt"]) and node["npm"] == ["typescript"]
+    assert node["root"] == "debian" and {"nodejs", "npm"} <= set(node["apt"]) and node["npm"] == ["bun", "typescript"]
 
 
 @pytest.mark.parametrize("field, value, message", [
