@@ -82,12 +82,17 @@ def debootstrap(root: str, apt: list[str], cache: str, run: Callable[[list[str]]
     hooks: apt sees them as its archive cache inside the root)."""
     os.makedirs(cache, exist_ok=True)
     packages = ",".join(sorted(set(ALWAYS) | set(apt)))
-    run(["mmdebstrap", "--variant=minbase", f"--include={packages}", "--skip=download/empty",
-         "--skip=essential/unlink", "--aptopt=APT::Install-Recommends \"false\"",
-         "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
-         f"--setup-hook=sync-in {cache} /var/cache/apt/archives/",
-         f"--customize-hook=sync-out /var/cache/apt/archives {cache}",
-         SUITE, root, *SOURCES])
+    # One build at a time on the shared cache (apt_install's lock): a build's sync-in read the
+    # cache while another's sync-out wrote it, and its hook failed (exit 13: seen with four
+    # images built at once).
+    with open(cache.rstrip("/") + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run(["mmdebstrap", "--variant=minbase", f"--include={packages}", "--skip=download/empty",
+             "--skip=essential/unlink", "--aptopt=APT::Install-Recommends \"false\"",
+             "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
+             f"--setup-hook=sync-in {cache} /var/cache/apt/archives/",
+             f"--customize-hook=sync-out /var/cache/apt/archives {cache}",
+             SUITE, root, *SOURCES])
 
 
 def inside(root: str, argv: list[str], binds: dict[str, str] | None = None, env: dict | None = None,

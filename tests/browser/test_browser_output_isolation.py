@@ -129,7 +129,8 @@ def accept_kernel_dialog(page: t.Any) -> None:
         # (seen once under load, on a notebook opened again with its kernel running): then
         # there is nothing to accept. Any dialog still open is not the one expected.
         if page.locator(".jp-Dialog").count():
-            raise
+            texts = page.locator(".jp-Dialog").all_inner_texts()
+            raise AssertionError(f"a dialog other than the kernel's choice is open: {texts}") from None
         return
     dialog.wait_for(state="detached", timeout=30_000)
 
