@@ -294,7 +294,7 @@ def test_interrupt_while_the_cell_waits_for_the_server_gives_keyboardinterrupt(s
     big.write_bytes(os.urandom(1 << 20) * 64)
 
     def interrupted_while_stopped(km: t.Any, kc: t.Any, code: str) -> None:
-        os.kill(server.proc.pid, signal.SIGSTOP)
+        os.kill(server.proc.pid, signal.SIGSTOP)  # (again, for the first cell: see below)
         try:
             msg_id = kc.execute(code, stop_on_error=False)
             # a progress display: the cell is waiting (for the sandbox, for the upload)
@@ -306,6 +306,10 @@ def test_interrupt_while_the_cell_waits_for_the_server_gives_keyboardinterrupt(s
         finally:
             os.kill(server.proc.pid, signal.SIGCONT)
 
+    # Stopped before the kernel starts: the kernel claims its sandbox as it starts, and a
+    # quick server (a warm pool, a pinned root already built) had it ready before the first
+    # cell, which then waited for an execute instead of the creation (no progress display).
+    os.kill(server.proc.pid, signal.SIGSTOP)
     km, kc = start_kernel(cwd=tmp_path, **server.env)
     interrupted_while_stopped(km, kc, "x = 41")  # the sandbox is still being created
     assert run_cell(kc, "x = 41\nx + 1", timeout=120).result_text() == "42"
