@@ -68,12 +68,11 @@ def install_runtime(runtimes_dir: str) -> str:
 
 
 def pins(image: dict) -> bool:
-    """Whether a bwrap sandbox of ``image`` runs on its pinned root: a venv image whose
-    interpreter is a copy the image carries. An image on a Debian root of its own is its own
-    root already; an image whose interpreter is the host's own ``/usr/bin/python3`` (an
-    ordinary user's install on Debian's python3: no copy is made of /usr) has nothing to pin
-    and runs on the host's /usr, read-only, as with ``bwrap_system=host``."""
-    return not image.get("root") and bool(image.get("python_copy"))
+    """Whether a bwrap sandbox of ``image`` runs on its pinned root: every venv image does,
+    whether it carries a copy of its interpreter or its root copies the host's (an ordinary
+    user's image on Debian's ``/usr/bin/python3``: rootfs.interpreter_files). An image on a
+    Debian root of its own is its own root already."""
+    return not image.get("root")
 
 
 def supervisor_env() -> dict[str, str]:

@@ -10,7 +10,11 @@ root is a tree of its own, built once per (image, runtime, host libraries) and n
 changed; gVisor uses it as it is, bwrap binds its system part (``bwrap_root.py``):
 
 - the image's interpreter and venv layers, at the paths their absolute references expect
-  (hard links into the image, which is immutable; a copy where a link cannot be made),
+  (hard links into the image, which is immutable; a copy where a link cannot be made); an
+  image that carries no copy of its interpreter (an ordinary user's, on Debian's
+  ``/usr/bin/python3``: nothing of ``/usr`` is copied into the image) gets that interpreter
+  here instead, its executables and its standard library copied from the host as they were
+  when the root was built (``interpreter_files``),
 - the runtime (``/opt/sandbox-kernel``) and the matplotlib font cache,
 - the shared libraries all of that needs (the ``ldd`` closure of the interpreter and of every
   extension module) and a few shell tools for ``!ls`` and commands, copied from the host,
@@ -44,8 +48,11 @@ TOOLS = ("sh", "bash", "ls", "cat", "env", "echo", "head", "tail", "wc", "grep",
 DLOPENED = ("libgcc_s.so.1",)
 ETC_FILES = ("/etc/localtime", "/etc/mime.types", "/etc/ssl/certs/ca-certificates.crt")
 MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Parts of a host interpreter's standard library no sandbox needs: its tests, the static
+# library and build files (25 MiB of Debian's 54), the Tk GUI, third-party packages.
+STDLIB_LEFT_OUT = ("site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo", "config-")
 # Part of every root's version: bumped when the builder lays a root out differently.
-LAYOUT = 3
+LAYOUT = 4
 MOUNT_POINTS = ("/workspace", "/tmp", "/proc", "/dev", "/sys", "/etc")
 _LDD_PATH = re.compile(r"(?:=> )?(/\S+) \(0x")
 
@@ -59,18 +66,22 @@ def _ldd(paths: list[str]) -> set[str]:
     return found
 
 
+def _is_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
 def _elf_files(tree: str) -> list[str]:
     found = []
     for root, _, names in os.walk(tree):
         for name in names:
             path = os.path.join(root, name)
-            if (".so" in name or os.access(path, os.X_OK)) and os.path.isfile(path) and not os.path.islink(path):
-                try:
-                    with open(path, "rb") as f:
-                        if f.read(4) == b"\x7fELF":
-                            found.append(path)
-                except OSError:
-                    pass
+            if ((".so" in name or os.access(path, os.X_OK)) and os.path.isfile(path) and not os.path.islink(path)
+                    and _is_elf(path)):
+                found.append(path)
     return found
 
 
@@ -87,24 +98,47 @@ def image_trees(image: dict) -> list[tuple[str, str]]:
     return [(m["tree"], m["path"]) for m in image["mounts"]]
 
 
+def interpreter_files(image: dict) -> list[str]:
+    """The host interpreter of a venv image that carries no copy of it (its prefix readable by
+    sandbox uids: an ordinary user's image on Debian's ``/usr/bin/python3``, a root server on
+    a world-readable Python): the executables its venv names and its standard library, so
+    that the root holds them as they were when it was built, and a host upgrade of Python
+    reaches a new root, never a running one. Symlinks to directories are not followed."""
+    if image.get("python_copy") or image.get("root"):
+        return []
+    prefix = image["python_prefix"]
+    version = ".".join(image["python_version"].split(".")[:2])
+    found = [path for path in (os.path.join(prefix, "bin", f"python{n}") for n in (version, version[0], ""))
+             if os.path.lexists(path) and not os.path.isdir(path)]
+    stdlib = os.path.join(prefix, "lib", f"python{version}")
+    for root, dirs, names in os.walk(stdlib):
+        if root == stdlib:
+            dirs[:] = [d for d in dirs if not d.startswith(STDLIB_LEFT_OUT)]
+        for name in names:
+            path = os.path.join(root, name)
+            if os.path.isfile(path):  # a regular file, or a link to one (followed by _place)
+                found.append(path)
+    return sorted(found)
+
+
 def host_files(image: dict) -> list[str]:
-    """Every host file (outside the image) the root needs: tools, libraries, /etc files."""
+    """Every host file (outside the image) the root needs: tools, libraries, /etc files, and
+    the interpreter where the image carries no copy of it (``interpreter_files``)."""
     tools = [shutil.which(t, path="/usr/bin:/bin") for t in TOOLS]
     tools = sorted({t for t in tools if t})
-    python_tree = image.get("python_copy") or image["python_prefix"]
+    interpreter = interpreter_files(image)
     trees = [tree for tree, _ in image_trees(image)]
-    elves = [] if image.get("python_copy") else _elf_files(os.path.join(python_tree, "bin"))
+    elves = [path for path in interpreter if _is_elf(path)]
     for tree in trees:
         elves += _elf_files(tree)
-    wanted = set(tools) | _ldd(tools + elves)
+    wanted = set(tools) | set(interpreter) | _ldd(tools + elves)
     for name in DLOPENED:
         for d in _library_dirs():
             if os.path.exists(os.path.join(d, name)):
                 wanted.add(os.path.join(d, name))
                 break
     wanted |= {p for p in ETC_FILES if os.path.exists(p)}
-    prefix_dirs = [python_tree] + trees
-    return sorted(p for p in wanted if not any(p.startswith(d.rstrip("/") + "/") for d in prefix_dirs))
+    return sorted(p for p in wanted if not any(p.startswith(d.rstrip("/") + "/") for d in trees))
 
 
 def version_of(image: dict, runtime_dir: str, files: list[str]) -> str:

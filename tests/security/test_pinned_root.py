@@ -15,19 +15,9 @@ import pytest
 import support
 import testrun
 
-pytestmark = [pytest.mark.slow, pytest.mark.bwrap_only(
+pytestmark = [pytest.mark.bwrap_only(
     reason="the bubblewrap tier's root; a gVisor sandbox has always run on the pinned root (the version test "
            "makes one of its own to compare)")]
-
-@pytest.fixture(autouse=True)
-def pinned_interpreter(spawn_server) -> None:
-    """The run's default image carries a copy of its interpreter (root's install; an
-    ordinary user's on Debian's /usr/bin/python3 has none, and runs on the host's /usr)."""
-    image = json.loads((testrun.image_home() / "images" / "default" / "image.json").read_text())
-    if not image.get("python_copy"):
-        pytest.skip("the default image's interpreter is the host's own /usr/bin/python3 (no copy to pin): its "
-                    "bubblewrap sandboxes run on the host's /usr, read-only")
-
 
 MARK = "@@PINNED@@"
 HOST_SETTING = ("--pool-size", "0", "--set", "bwrap_system=host")
@@ -70,6 +60,7 @@ def usr_marker():
         os.unlink(path)
 
 
+@pytest.mark.slow
 def test_a_file_the_host_adds_to_usr_later_is_not_in_a_new_sandbox(spawn_server, usr_marker):
     path, write = usr_marker
     server = spawn_server("--pool-size", "0")
@@ -81,6 +72,7 @@ def test_a_file_the_host_adds_to_usr_later_is_not_in_a_new_sandbox(spawn_server,
     print(f"\nPINNED ROOT | {path} added after the build: absent (host /usr control: visible)")
 
 
+@pytest.mark.slow
 def test_host_programs_outside_the_closure_are_not_there(spawn_server):
     from sandbox.isolation.rootfs import TOOLS
 
@@ -92,6 +84,42 @@ def test_host_programs_outside_the_closure_are_not_there(spawn_server):
     control = _sees(spawn_server(*HOST_SETTING), programs)
     assert control == {p: True for p in programs}, f"control: a sandbox on the host's /usr sees them: {control}"
     print(f"\nPINNED ROOT | {programs} absent, the TOOLS there (host /usr control: all visible)")
+
+
+INTERPRETER_PROBE = f'''
+import json, os, sys, sysconfig
+stdlib = sysconfig.get_paths()["stdlib"]
+print({MARK!r} + json.dumps({{"executable": os.path.realpath(sys.executable), "stdlib": stdlib,
+                              "has_os": os.path.isfile(os.path.join(stdlib, "os.py")),
+                              "has_tests": os.path.isdir(os.path.join(stdlib, "test")),
+                              "programs": {{p: os.path.exists(p) for p in PROGRAMS}}}}))
+'''
+
+
+def test_the_run_s_sandboxes_run_on_a_pinned_interpreter(api, new_sandbox, sandbox_server):
+    """Quick, so that an ordinary user's run checks it too: there the image carries no copy of
+    its interpreter (Debian's /usr/bin/python3, nothing of /usr copied) and the root holds the
+    host's, copied when the root was built. Either way a sandbox of the run's server (default
+    settings) reports a root version, its interpreter and standard library work, the host's
+    stdlib tests (left out of every root) and programs outside the closure are not there,
+    while the host has them."""
+    import sysconfig
+
+    from sandbox.isolation.rootfs import TOOLS
+
+    sandbox = new_sandbox(isolation="bwrap")
+    version = sandbox["isolation"].get("rootfs_version")
+    assert version, f"a bwrap sandbox of the default image runs on no pinned root: {sandbox['isolation']}"
+    assert (sandbox_server.state_dir / "rootfs" / version / "rootfs.json").is_file()
+    programs = [f"/usr/bin/{p}" for p in OUTSIDE_THE_CLOSURE if p not in TOOLS and os.path.exists(f"/usr/bin/{p}")]
+    found = _probe(api, sandbox["id"], f"PROGRAMS = {programs!r}\n" + INTERPRETER_PROBE)
+    assert found["has_os"] and os.path.basename(found["executable"]).startswith("python"), found
+    assert found["programs"] == {p: False for p in programs}, found
+    host_tests = os.path.isdir(os.path.join(sysconfig.get_paths()["stdlib"], "test"))
+    if host_tests:
+        assert not found["has_tests"], f"the host's stdlib tests are visible: {found}"
+    print(f"\nPINNED ROOT | version {version}: {found['executable']}, stdlib {found['stdlib']} "
+          f"(host's tests there: {host_tests}, in the sandbox: {found['has_tests']}); absent: {programs}")
 
 
 ROOT_LINE = f'''
@@ -106,6 +134,7 @@ def _host_device(mount_point: str) -> str | None:
         return next((line.split()[2] for line in f if line.split()[4] == mount_point), None)
 
 
+@pytest.mark.slow
 def test_the_sandbox_root_is_the_pinned_root_and_gvisor_runs_on_the_same(spawn_server):
     """mountinfo's `/` is the pinned root's system view (its ext4 pack's mount where the server
     can loop-mount, else its directory); the bwrap and gVisor sandboxes of the image report one
@@ -141,6 +170,7 @@ def test_the_sandbox_root_is_the_pinned_root_and_gvisor_runs_on_the_same(spawn_s
     print(f"\nPINNED ROOT | / is {line} (version {version}, gVisor's too: {ok}); host /usr control: {control}")
 
 
+@pytest.mark.slow
 def test_the_image_works_on_its_pinned_root(spawn_server):
     """What sandboxes rely on: numpy, pandas, a matplotlib figure (its fonts: the image's own),
     `!ls` and the shell tools, pip's CA bundle, and no /etc of the host's beyond a few files."""
