@@ -31,12 +31,13 @@ finds the very files it had mapped.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import subprocess
 import sys
-from typing import Callable
+from typing import Callable, Iterator
 
 from .build_steps import ImageError
 
@@ -76,17 +77,23 @@ def _bundled_bwrap() -> str | None:
     return found.path if found else None
 
 
+@contextlib.contextmanager
+def cache_held(cache: str) -> Iterator[None]:
+    """The shared ``.deb`` cache, one build at a time (a lock file beside it): apt locks the
+    cache, so another build's apt would fail; and mmdebstrap's sync-in read it while another
+    build's sync-out wrote it, and its hook failed (exit 13: seen with four images built at once)."""
+    with open(cache.rstrip("/") + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def debootstrap(root: str, apt: list[str], cache: str, run: Callable[[list[str]], None]) -> None:
     """``mmdebstrap --variant=minbase`` with python3 and ``apt`` into ``root``, the
     downloaded packages kept in ``cache`` between builds (mmdebstrap's own sync-in/out
     hooks: apt sees them as its archive cache inside the root)."""
     os.makedirs(cache, exist_ok=True)
     packages = ",".join(sorted(set(ALWAYS) | set(apt)))
-    # One build at a time on the shared cache (apt_install's lock): a build's sync-in read the
-    # cache while another's sync-out wrote it, and its hook failed (exit 13: seen with four
-    # images built at once).
-    with open(cache.rstrip("/") + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_held(cache):
         run(["mmdebstrap", "--variant=minbase", f"--include={packages}", "--skip=download/empty",
              "--skip=essential/unlink", "--aptopt=APT::Install-Recommends \"false\"",
              "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
@@ -195,9 +202,7 @@ def apt_install(root: str, apt: list[str], cache: str, run: Callable[[list[str]]
     options = ["-o", "APT::Sandbox::User=root", "-o", "APT::Install-Recommends=false", "-o", "Dpkg::Use-Pty=false"]
     env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     binds = {cache: "/var/cache/apt/archives"}
-    # one apt at a time on the shared cache: apt locks it, and another build's apt would fail
-    with open(cache.rstrip("/") + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_held(cache):
         run(inside(root, ["apt-get", *options, "-q", "update"], binds, env))
         run(inside(root, ["apt-get", *options, "-q", "-y", "install", *sorted(set(apt))], binds, env))
 
