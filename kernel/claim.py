@@ -29,6 +29,7 @@ from sandbox.client import (
     Unauthorized,
     resolve,
 )
+from sandbox.common.background import spawn
 from sandbox.runtime import vocabulary as V
 
 from . import binding, saved_state
@@ -295,7 +296,7 @@ class SandboxClaim:
         self.pushed = []
         self._sandbox = None
         self.sandbox_id = None
-        asyncio.get_running_loop().create_task(self._discard(old))
+        spawn(self._discard(old))
 
     # ------------------------------------------------------------------ by hand (%sandbox)
 

@@ -201,11 +201,14 @@ class SandboxKernel(SandboxSettings, Kernel):
             self.shell_stream.flush(zmq.POLLIN)
 
     async def dispatch_shell(self, msg: t.Any, /, subshell_id: str | None = None, *, concurrent: bool = False) -> None:
-        token = _BESIDE_ANOTHER.set(concurrent)
-        try:
-            await super().dispatch_shell(msg, subshell_id, concurrent=concurrent)
-        finally:
-            _BESIDE_ANOTHER.reset(token)
+        """Notes whether the message runs beside another (see comm_from_page).
+
+        Set and never reset: every shell message runs in a context of its own (the queue's
+        copy, or ipykernel's copy for a comm message beside a request), so the value ends
+        with the message; a reset would raise when a pending message is closed at exit, in
+        a context that is not its own."""
+        _BESIDE_ANOTHER.set(concurrent)
+        await super().dispatch_shell(msg, subshell_id, concurrent=concurrent)
 
     def start(self) -> None:
         super().start()

@@ -25,6 +25,8 @@ import typing as t
 
 import zmq
 
+from sandbox.common.background import spawn
+
 # ipykernel's own marker (kernelbase.dispatch_shell): a one-frame message that, when its
 # turn comes, ends the abort.
 STOP_ABORTING = b"stop aborting"
@@ -70,8 +72,12 @@ class ShellQueue:
         ends. Here a comm message waits for the sandbox (its claim, then its handlers),
         so it often ends after the next cell started: in one shared context the cell's
         idle then went out under the earlier request's msg_id, and JupyterLab kept the
-        cell at `[*]` for good (it waits for the idle under the cell's own id)."""
-        return asyncio.get_running_loop().create_task(self.dispatch(msg), context=self._context.copy())
+        cell at `[*]` for good (it waits for the idle under the cell's own id).
+
+        Held until it ends (sandbox/common/background.py): pyzmq keeps no reference to the
+        task its callback returns, and a message collected while it waited for the sandbox
+        never sent its idle: the page's widget stopped sending."""
+        return spawn(self.dispatch(msg), context=self._context.copy())
 
     def abort_queued(self) -> None:
         """An execute request failed with stop_on_error: abort every execute request

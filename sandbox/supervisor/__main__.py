@@ -16,6 +16,7 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
 
+from ..common.background import spawn  # noqa: E402
 from ..common.paths import SUPERVISOR_DIR_ENV  # noqa: E402
 from ..runtime import vocabulary as V  # noqa: E402
 from .lifecycle import Supervisor  # noqa: E402
@@ -26,7 +27,7 @@ async def amain(sandbox_dir: str, ready_fd: int | None, restore: bool = False) -
     loop = asyncio.get_running_loop()
     # SIGTERM to a supervisor means "end this sandbox" (the server's SIGTERM never reaches
     # us: we are in our own session). SIGHUP/SIGINT are ignored for the same reason.
-    loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(supervisor.end(V.DELETED, "its supervisor was terminated")))
+    loop.add_signal_handler(signal.SIGTERM, lambda: spawn(supervisor.end(V.DELETED, "its supervisor was terminated")))
     for sig in (signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     try:

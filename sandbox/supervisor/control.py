@@ -14,6 +14,7 @@ import json
 import os
 import time
 
+from ..common.background import spawn
 from ..runtime import vocabulary as V
 from ..runtime.protocol import ProtocolError, read_frame, write_frame
 from .commands import CommandSession, interrupt_command
@@ -204,5 +205,5 @@ class ControlServer:
     async def op_delete(self, request: dict) -> dict:
         supervisor = self.supervisor
         asyncio.get_running_loop().call_soon(
-            lambda: asyncio.ensure_future(supervisor.end(V.DELETED, request.get("message") or "it was deleted")))
+            lambda: spawn(supervisor.end(V.DELETED, request.get("message") or "it was deleted")))
         return {"ok": True}

@@ -12,6 +12,7 @@ import asyncio
 import sys
 import time
 
+from ..common.background import spawn
 from ..runtime import vocabulary as V
 from ..runtime.protocol import write_frame
 from .caller import CALLER_GONE, Session, watch_for_eof
@@ -136,7 +137,7 @@ class ExecuteSession(Session):
                     phase = "killing"
                     message = (f"the cell ran past its {timeout} s timeout and ignored the interrupt, "
                                "so the sandbox was killed; its variables are gone")
-                    asyncio.create_task(self.supervisor.kill(V.TIMEOUT_KILLED, message))
+                    spawn(self.supervisor.kill(V.TIMEOUT_KILLED, message))
                     deadline = time.monotonic() + 30
                 continue
             kind = event.get("type")

@@ -131,3 +131,40 @@ def test_control_an_abort_that_ends_on_the_next_turn_lets_queued_requests_run():
     next turn, before the requests waiting behind the error had theirs."""
     answers = run(arriving_while_it_runs, legacy=True)
     assert ("b", "ok") in answers and ("c", "ok") in answers, answers
+
+
+# ------------------------------------------------------------------ held until done
+
+
+def test_a_message_waiting_on_the_sandbox_is_not_collected():
+    """A message's task waits on a future only it can reach (the sandbox's HTTP answer):
+    nothing but the queue holds it (pyzmq drops what its callback returns), and the cycle
+    collector must not end it mid-wait. Under load it did, for a widget's comm message:
+    its idle never went out and the page's slider stopped sending."""
+    import gc
+    import weakref
+
+    finished: list[bool] = []
+
+    async def dispatch(msg: list[t.Any]) -> None:
+        answer = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.2, _answer, weakref.ref(answer))
+        await answer
+        finished.append(True)
+
+    def _answer(ref: weakref.ref) -> None:
+        answer = ref()
+        if answer is not None:  # collected with its task: nobody is there to answer
+            answer.set_result(None)
+
+    async def scenario() -> bool:
+        queue = ShellQueue(dispatch)
+        task = weakref.ref(queue.receive([zmq.Frame(b"comm_msg")]))  # dropped, as pyzmq does
+        await asyncio.sleep(0.05)  # it runs, then waits for its answer
+        gc.collect()
+        alive = task() is not None
+        await asyncio.sleep(0.3)
+        return alive
+
+    assert asyncio.run(scenario()), "the waiting message's task was collected"
+    assert finished == [True], "the message never finished"
