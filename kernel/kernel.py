@@ -23,6 +23,7 @@ from ipykernel._version import kernel_protocol_version
 from ipykernel.kernelbase import Kernel
 from traitlets import Float
 
+from sandbox.common.background import spawn
 from sandbox.runtime import vocabulary as V
 
 from . import __version__
@@ -293,6 +294,13 @@ class SandboxKernel(SandboxSettings, Kernel):
             self._publish_status("idle", "shell", parent=parent)
 
     # ------------------------------------------------------------------ control
+
+    def dispatch_control(self, msg: t.Any) -> asyncio.Task:  # type: ignore[override]
+        """ipykernel's, as a task held until it ends (sandbox/common/background.py): pyzmq
+        keeps no reference to what its callback returns, and a control message waits on the
+        sandbox server here (an interrupt, a shutdown that deletes the sandbox); collected in
+        that wait, it would never be answered."""
+        return spawn(super().dispatch_control(msg))
 
     async def interrupt_request(self, stream: t.Any, ident: t.Any, parent: t.Any) -> None:
         """Interrupt by message (kernel.json says `interrupt_mode: message`).
