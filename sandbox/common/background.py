@@ -8,7 +8,8 @@ Seen under load: a widget's comm message, whose shell task the kernel had handed
 (which keeps no reference), was collected while it waited for the sandbox; its idle never
 went out, and the page's slider stopped sending (ipywidgets waits for that idle).
 
-Every fire-and-forget task is started here.
+Every task that nothing else owns is started here (a task an owner cancels or awaits, as
+the manager's at shutdown, stays with that owner).
 """
 
 from __future__ import annotations
@@ -26,8 +27,3 @@ def spawn(coro: t.Coroutine[t.Any, t.Any, t.Any], *, context: contextvars.Contex
     _HELD.add(task)
     task.add_done_callback(_HELD.discard)
     return task
-
-
-def held() -> int:
-    """How many spawned tasks are still running (for tests)."""
-    return len(_HELD)

@@ -18,6 +18,7 @@ import time
 from ..isolation import checkpoints, disk, host
 from . import forking
 from ..common import statefile
+from ..common.background import spawn
 from .admission import CapacityLedger, Gate
 from .config import ServiceConfig
 from ..common.errors import ApiError
@@ -47,7 +48,6 @@ class PauseResume:
         self.gate = gate
         self.ledger = ledger
         self.waking: dict[str, asyncio.Lock] = {}  # per paused sandbox: one restore at a time
-        self.restoring: set[asyncio.Task] = set()  # sources restored after their fork answered
         self.by_value: ValueSleep | None = None  # the bwrap tier's sleep (set by the manager)
 
     async def pause(self, handle: Handle, holding_lock: bool = False) -> None:
@@ -186,9 +186,7 @@ class PauseResume:
                 except Exception as exc:  # it stays paused; its next call tries again
                     log.warning("sandbox %s stays paused after its fork: %s", source.id, exc)
 
-        task = asyncio.create_task(restore())
-        self.restoring.add(task)
-        task.add_done_callback(self.restoring.discard)
+        spawn(restore())
 
     async def _lay_out_fork(self, source: Handle, was_running: bool, request: dict, ttl: int, max_life: int,
                             owner: int | None, timeline: Timeline) -> Handle:
