@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from collection import lives_through_a_collection, waiting_handler
 from kernel.cells import CellRunner
 from kernel.claim import SandboxClaim
 from kernel.config import SandboxSettings
@@ -39,31 +40,12 @@ def test_a_control_message_waiting_on_the_server_is_not_collected():
     """An interrupt waits for the sandbox server on the control thread's loop; pyzmq keeps
     no reference to the task of its handler (the shell queue's case, tests/unit/
     test_shell_queue.py), so the kernel holds it until it is answered."""
-    import gc
-    import weakref
-
     from kernel.kernel import SandboxKernel
 
     answered: list[bool] = []
-
-    async def process_control(msg: object) -> None:  # the handler, waiting on the server
-        waiting = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().call_later(0.2, lambda ref=weakref.ref(waiting): ref() and ref().set_result(None))
-        await waiting
-        answered.append(True)
-
     kernel = SandboxKernel.__new__(SandboxKernel)  # the method alone: no sockets, no sandbox
-    kernel.process_control = process_control
-
-    async def scenario() -> bool:
-        kernel._control_lock = asyncio.Lock()
-        # What pyzmq's stream does with the callback's result: a future of it, then dropped.
-        task = weakref.ref(asyncio.ensure_future(kernel.dispatch_control([b"interrupt_request"])))
-        await asyncio.sleep(0.05)
-        gc.collect()
-        alive = task() is not None
-        await asyncio.sleep(0.3)
-        return alive
-
-    assert asyncio.run(scenario()), "the waiting control message's task was collected"
+    kernel.process_control = waiting_handler(answered)  # the handler, waiting on the server
+    kernel._control_lock = asyncio.Lock()
+    assert lives_through_a_collection(lambda: kernel.dispatch_control([b"interrupt_request"])), \
+        "the waiting control message's task was collected"
     assert answered == [True]

@@ -10,6 +10,7 @@ import typing as t
 
 import zmq
 
+from collection import lives_through_a_collection, waiting_handler
 from kernel.queue import STOP_ABORTING, ExecutionCounts, ShellQueue
 
 
@@ -141,30 +142,8 @@ def test_a_message_waiting_on_the_sandbox_is_not_collected():
     nothing but the queue holds it (pyzmq drops what its callback returns), and the cycle
     collector must not end it mid-wait. Under load it did, for a widget's comm message:
     its idle never went out and the page's slider stopped sending."""
-    import gc
-    import weakref
-
     finished: list[bool] = []
-
-    async def dispatch(msg: list[t.Any]) -> None:
-        answer = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().call_later(0.2, _answer, weakref.ref(answer))
-        await answer
-        finished.append(True)
-
-    def _answer(ref: weakref.ref) -> None:
-        answer = ref()
-        if answer is not None:  # collected with its task: nobody is there to answer
-            answer.set_result(None)
-
-    async def scenario() -> bool:
-        queue = ShellQueue(dispatch)
-        task = weakref.ref(queue.receive([zmq.Frame(b"comm_msg")]))  # dropped, as pyzmq does
-        await asyncio.sleep(0.05)  # it runs, then waits for its answer
-        gc.collect()
-        alive = task() is not None
-        await asyncio.sleep(0.3)
-        return alive
-
-    assert asyncio.run(scenario()), "the waiting message's task was collected"
+    queue = ShellQueue(waiting_handler(finished))
+    assert lives_through_a_collection(lambda: queue.receive([zmq.Frame(b"comm_msg")])), \
+        "the waiting message's task was collected"
     assert finished == [True], "the message never finished"
