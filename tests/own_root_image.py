@@ -45,6 +45,22 @@ def labelled_lines(events: list[dict]) -> dict[str, str]:
     return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in text.splitlines() if " " in line}
 
 
+def run_labelled(api, new_sandbox, image: dict, tier: str, cell: str) -> tuple[dict, list[dict], dict[str, str]]:
+    """A sandbox of ``image`` on ``tier`` runs ``cell`` (which must succeed): the sandbox, the
+    cell's events and its labelled lines. Prints what the image's build cost."""
+    print(f"{image['name']} image: built in {image['build_seconds']} s, {image['size_bytes'] // 2**20} MiB")
+    sbx = new_sandbox(image=image["name"], isolation=tier)
+    events = support.ok(support.execute(api, sbx["id"], cell))
+    return sbx, events, labelled_lines(events)
+
+
+def check_runs_the_listed_version(image: dict, package: str, running: str, separator: str) -> None:
+    """The program that ran reports ``running``, the upstream part of the Debian version the
+    image's package list gives ``package`` (upstream, then ``separator``, then the rest)."""
+    deb = deb_package(image, package)
+    assert deb["version"].startswith(running + separator), (deb["version"], running)
+
+
 def deb_package(image: dict, name: str) -> dict:
     """The Debian package ``name`` in ``image``'s package list (its ecosystem ``deb``)."""
     return next(p for p in image["package_list"] if p.get("ecosystem") == "deb" and p["name"] == name)

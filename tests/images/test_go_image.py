@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-import support
-
 from own_root_image import (  # noqa: F401 (the run's shared build, the tiers)
-    check_not_in_default_image, check_sbom_names, deb_package,
-    go_image, labelled_lines, tier,
+    check_not_in_default_image, check_runs_the_listed_version, check_sbom_names, run_labelled,
+    go_image, tier,
 )
 
 # the first test of a run builds the shared image(s): minutes on 2 shared cores with cold caches
@@ -59,10 +57,7 @@ print("version", run("go", "env", "GOVERSION")[1])
 
 
 def test_go_run_from_a_python_cell_on_each_tier(api, new_sandbox, go_image, tier):
-    print(f"go image: built in {go_image['build_seconds']} s, {go_image['size_bytes'] // 2**20} MiB")
-    sbx = new_sandbox(image=go_image["name"], isolation=tier)
-    events = support.ok(support.execute(api, sbx["id"], GO_CELL))
-    out = labelled_lines(events)
+    _sbx, events, out = run_labelled(api, new_sandbox, go_image, tier, GO_CELL)
     assert out["answer"] == "(0, '338350 [apple fig pear]')", events
     # `go run` exits 1 and names the program's status; the built program exits with its own
     assert out["run_exit"] == "(1, 'exit status 3')", events
@@ -71,8 +66,7 @@ def test_go_run_from_a_python_cell_on_each_tier(api, new_sandbox, go_image, tier
     assert out["exit"] == "3", events
     # the Go that runs is the one the image's package list names (go1.19.8 is golang-1.19-go 1.19.8-...)
     running = out["version"].removeprefix("go")
-    deb = deb_package(go_image, f"golang-{'.'.join(running.split('.')[:2])}-go")
-    assert deb["version"].startswith(running + "-"), (deb["version"], running)
+    check_runs_the_listed_version(go_image, f"golang-{'.'.join(running.split('.')[:2])}-go", running, "-")
 
 
 def test_the_sbom_lists_golang_go_with_its_debian_version(go_image):

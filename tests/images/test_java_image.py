@@ -10,8 +10,8 @@ import pytest
 import support
 
 from own_root_image import (  # noqa: F401 (the run's shared build, the tiers)
-    check_not_in_default_image, check_sbom_names, deb_package,
-    java_image, labelled_lines, tier,
+    check_not_in_default_image, check_runs_the_listed_version, check_sbom_names, run_labelled,
+    java_image, tier,
 )
 
 # the first test of a run builds the shared image(s): minutes on 2 shared cores with cold caches
@@ -68,10 +68,7 @@ print("hog", code, "java.lang.OutOfMemoryError" in err)
 
 
 def test_javac_and_java_run_from_a_python_cell_on_each_tier(api, new_sandbox, java_image, tier):
-    print(f"java image: built in {java_image['build_seconds']} s, {java_image['size_bytes'] // 2**20} MiB")
-    sbx = new_sandbox(image=java_image["name"], isolation=tier)
-    events = support.ok(support.execute(api, sbx["id"], JAVA_CELL))
-    out = labelled_lines(events)
+    sbx, events, out = run_labelled(api, new_sandbox, java_image, tier, JAVA_CELL)
     assert out["javac"] == "0", events
     assert out["answer"] == "(0, '338350')", events
     assert out["exit"] == "3", events
@@ -84,8 +81,7 @@ def test_javac_and_java_run_from_a_python_cell_on_each_tier(api, new_sandbox, ja
     # the JDK that runs is the one the image's package list names (java.version 17.0.x is
     # openjdk-17-jre-headless 17.0.x+N-...)
     running = out["version"]
-    deb = deb_package(java_image, f"openjdk-{running.split('.')[0]}-jre-headless")
-    assert deb["version"].startswith(running + "+"), (deb["version"], running)
+    check_runs_the_listed_version(java_image, f"openjdk-{running.split('.')[0]}-jre-headless", running, "+")
 
 
 def test_the_sbom_lists_default_jdk_headless_with_its_debian_version(java_image):

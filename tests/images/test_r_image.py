@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-import support
-
 from own_root_image import (  # noqa: F401 (the run's shared build, the tiers)
-    check_not_in_default_image, check_sbom_names, deb_package,
-    labelled_lines, r_image, tier,
+    check_not_in_default_image, check_runs_the_listed_version, check_sbom_names, run_labelled,
+    r_image, tier,
 )
 
 # the first test of a run builds the shared image(s): minutes on 2 shared cores with cold caches
@@ -31,17 +29,13 @@ print("exit", rscript("quit(status = 3)")[0])
 
 
 def test_rscript_runs_from_a_python_cell_on_each_tier(api, new_sandbox, r_image, tier):
-    print(f"r image: built in {r_image['build_seconds']} s, {r_image['size_bytes'] // 2**20} MiB")
-    sbx = new_sandbox(image=r_image["name"], isolation=tier)
-    events = support.ok(support.execute(api, sbx["id"], R_CELL))
-    out = labelled_lines(events)
+    _sbx, events, out = run_labelled(api, new_sandbox, r_image, tier, R_CELL)
     assert out["answer"] == "(0, '42')", events
     assert out["frame"] == "(0, 'a 1.5;b 3.5| 2.5')", events
     assert out["exit"] == "3", events
     # the R that runs is the one the image's package list names (r-base-core 4.2.2.20221110-2: R 4.2.2)
-    deb = deb_package(r_image, "r-base-core")
     running = out["version"].strip("()").split(", ")[1].strip("'")
-    assert deb["version"].startswith(running + "."), (deb["version"], running)
+    check_runs_the_listed_version(r_image, "r-base-core", running, ".")
 
 
 def test_the_sbom_lists_r_base_core_with_its_debian_version(r_image):
